@@ -1,0 +1,136 @@
+"""``Layout``: a model's whole cache geometry, immutable once built."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from hkv_core.layout.build import build_groups, build_pools
+from hkv_core.layout.config import parse_config
+from hkv_core.layout.kinds import ObjectKind
+from hkv_core.layout.presets import load_preset_config
+from hkv_core.layout.records import LayerGroup, PoolSpec
+
+
+@attrs.frozen(kw_only=True)
+class Layout:
+    """Layer groups and pool specs of one model.
+
+    ``groups`` / ``pools`` cover the main layers (ids ``0 .. main_layers - 1``);
+    ``mtp_groups`` / ``mtp_pools`` the MTP (draft) layers that follow, whose
+    state is needed only when speculating.  ``window_tokens`` is the model's
+    sliding window (0: none).  Built only by ``from_hf_config`` / ``from_preset``
+    after full validation.
+    """
+
+    name: str
+    source: str
+    family: str
+    main_layers: int
+    mtp_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rope_head_dim: int
+    vocab_size: int
+    kv_dtype: str
+    window_tokens: int
+    block_tokens: int
+    alignment_bytes: int
+    groups: tuple[LayerGroup, ...]
+    mtp_groups: tuple[LayerGroup, ...]
+    pools: tuple[PoolSpec, ...]
+    mtp_pools: tuple[PoolSpec, ...]
+
+    def __attrs_post_init__(self) -> None:
+        main_ids = sorted(i for group in self.groups for i in group.layer_ids)
+        mtp_ids = sorted(i for group in self.mtp_groups for i in group.layer_ids)
+        assert main_ids == list(range(self.main_layers)), main_ids
+        assert mtp_ids == list(range(self.main_layers, self.main_layers + self.mtp_layers))
+        names = [pool.name for pool in self.all_pools]
+        assert len(set(names)) == len(names), names
+        assert {p.group_name for p in self.all_pools} == {g.name for g in self.all_groups}
+
+    @classmethod
+    def from_hf_config(
+        cls,
+        config: Mapping[str, Any],
+        *,
+        name: str,
+        block_tokens: int | None = None,
+        source: str | None = None,
+    ) -> Layout:
+        """Build from a Hugging Face style config dict (raises ``ConfigError``).
+
+        ``block_tokens`` overrides the config's ``hkv.block_tokens`` (default 256);
+        ``source`` names the config in errors (default: ``name``).
+        """
+        cfg = parse_config(config, name=name, source=source or name, block_tokens=block_tokens)
+        groups, mtp_groups = build_groups(cfg, draft=False), build_groups(cfg, draft=True)
+        g = cfg.geometry
+        return cls(
+            name=name, source=cfg.source, family=g.family, main_layers=cfg.main_layers,
+            mtp_layers=cfg.mtp_layers, hidden_size=cfg.hidden_size,
+            num_attention_heads=cfg.num_attention_heads, num_key_value_heads=g.num_key_value_heads,
+            head_dim=g.head_dim, rope_head_dim=g.rope_head_dim, vocab_size=cfg.vocab_size,
+            kv_dtype=cfg.kv_dtype, window_tokens=g.window_tokens, block_tokens=cfg.block_tokens,
+            alignment_bytes=cfg.alignment_bytes, groups=groups, mtp_groups=mtp_groups,
+            pools=build_pools(cfg, groups), mtp_pools=build_pools(cfg, mtp_groups),
+        )
+
+    @classmethod
+    def from_preset(cls, name: str, *, block_tokens: int | None = None) -> Layout:
+        """Build from ``specs/presets/NAME.toml`` (``ConfigError`` lists presets if unknown)."""
+        return cls.from_hf_config(load_preset_config(name), name=name, block_tokens=block_tokens)
+
+    @property
+    def all_groups(self) -> tuple[LayerGroup, ...]:
+        """Main groups, then MTP groups."""
+        return self.groups + self.mtp_groups
+
+    @property
+    def all_pools(self) -> tuple[PoolSpec, ...]:
+        """Main pools, then MTP pools."""
+        return self.pools + self.mtp_pools
+
+    def group(self, name: str) -> LayerGroup:
+        """The group called ``name`` (``KeyError`` if none)."""
+        found = [group for group in self.all_groups if group.name == name]
+        if not found:
+            raise KeyError(name)
+        return found[0]
+
+    def group_of_layer(self, layer_id: int) -> LayerGroup:
+        """The group holding layer ``layer_id`` (``KeyError`` if none)."""
+        found = [group for group in self.all_groups if layer_id in group.layer_ids]
+        if not found:
+            raise KeyError(layer_id)
+        return found[0]
+
+    def pool(self, name: str) -> PoolSpec:
+        """The pool called ``name`` (``KeyError`` if none)."""
+        found = [pool for pool in self.all_pools if pool.name == name]
+        if not found:
+            raise KeyError(name)
+        return found[0]
+
+    def pools_of(self, group_name: str) -> tuple[PoolSpec, ...]:
+        """The pools of group ``group_name``, in layout order."""
+        return tuple(pool for pool in self.all_pools if pool.group_name == group_name)
+
+    def object_kinds(self) -> tuple[ObjectKind, ...]:
+        """The object kinds the main layers use, in ``ObjectKind`` order."""
+        used = {pool.object_kind for pool in self.pools}
+        return tuple(kind for kind in ObjectKind if kind in used)
+
+    def bytes_per_token(self, object_kind: ObjectKind) -> float:
+        """Bytes per covered token of one object kind, summed over all main layers.
+
+        Compressed entries count ``entry_bytes / r`` per token, rows (tail,
+        window) their full width: the density of the pool contents, not the
+        bounded size of one resume point (see ``resume_requirements``).
+        """
+        return sum(p.bytes_per_token for p in self.pools if p.object_kind is object_kind)

@@ -1,0 +1,137 @@
+"""Frozen records of a layout: layer groups and the pool spec of each (group, object kind)."""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from hkv_core import units
+from hkv_core.layout.kinds import (
+    COMPONENTS,
+    DTYPE_BYTES,
+    AttentionKind,
+    EntryKind,
+    ObjectKind,
+    attention_kind,
+)
+
+ABI_VERSION = 1  # bump when the byte layout of any pool changes
+
+
+@attrs.frozen(kw_only=True)
+class LayerGroup:
+    """Layers with identical cache geometry (same kind, compress ratio and window).
+
+    ``window_tokens`` is the sliding window W (0: the layer keeps no window).
+    ``index_*`` describe the CSA lightning indexer and are 0 for other kinds.
+    ``draft`` marks MTP / draft layers, whose state is needed only when speculating.
+    """
+
+    name: str
+    kind: AttentionKind
+    compress_ratio: int
+    layer_ids: tuple[int, ...]
+    window_tokens: int
+    index_n_heads: int = 0
+    index_head_dim: int = 0
+    index_topk: int = 0
+    draft: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        assert attention_kind(self.compress_ratio) is self.kind, (self.kind, self.compress_ratio)
+        assert self.layer_ids and list(self.layer_ids) == sorted(set(self.layer_ids)), self
+        assert self.window_tokens == 0 or self.window_tokens >= 2, self.window_tokens
+        has_indexer = self.kind is AttentionKind.CSA
+        assert has_indexer == (min(self.index_n_heads, self.index_head_dim, self.index_topk) > 0)
+
+    @property
+    def layer_count(self) -> int:
+        """Number of layers in the group."""
+        return len(self.layer_ids)
+
+    @property
+    def has_indexer(self) -> bool:
+        """True for CSA groups, which keep indexer keys and an indexer compressor tail."""
+        return self.kind is AttentionKind.CSA
+
+
+@attrs.frozen(kw_only=True)
+class PoolSpec:
+    """Geometry of one pool: the pages of one (group, object kind, entry kind).
+
+    Sizes are per layer: a page id names the same slot in every layer of the
+    group, so one page of the pool occupies ``page_bytes * layer_count`` bytes.
+    ``tokens_per_page`` is ``entries_per_page * compress_ratio`` for compressed
+    entries and ``entries_per_page`` for rows (one row per token).  ``abi_id``
+    names the exact memory layout a kernel expects.
+    """
+
+    name: str
+    group_name: str
+    object_kind: ObjectKind
+    entry_kind: EntryKind
+    compress_ratio: int
+    layer_count: int
+    dtype: str
+    entry_shape: tuple[int, ...]
+    entry_bytes: int
+    entries_per_page: int
+    tokens_per_page: int
+    page_bytes: int
+    alignment_bytes: int
+    abi_id: str
+
+    def __attrs_post_init__(self) -> None:
+        assert (self.object_kind, self.entry_kind) in COMPONENTS, self
+        assert self.entry_bytes == math.prod(self.entry_shape) * DTYPE_BYTES[self.dtype]
+        assert self.page_bytes == self.entries_per_page * self.entry_bytes
+        assert self.page_bytes % self.alignment_bytes == 0, self
+        assert self.tokens_per_page == self.entries_per_page * self.tokens_per_entry, self
+
+    @property
+    def tokens_per_entry(self) -> int:
+        """Tokens one entry covers: r for compressed entries, 1 for rows."""
+        if self.entry_kind is EntryKind.COMPRESSED_ENTRY:
+            return units.tokens_per_entry(self.compress_ratio)
+        return units.TOKENS_PER_ROW
+
+    @property
+    def bytes_per_token(self) -> float:
+        """Bytes this pool holds per token it covers, summed over the group's layers."""
+        return self.entry_bytes * self.layer_count / self.tokens_per_entry
+
+
+def make_pool(
+    group: LayerGroup,
+    object_kind: ObjectKind,
+    entry_kind: EntryKind,
+    *,
+    dtype: str,
+    entry_shape: tuple[int, ...],
+    base_entries: int,
+    alignment_bytes: int,
+) -> PoolSpec:
+    """Build a pool spec: entries per page is the smallest multiple of ``base_entries``
+    whose page bytes are a multiple of ``alignment_bytes``."""
+    component = COMPONENTS[(object_kind, entry_kind)]
+    entry_bytes = math.prod(entry_shape) * DTYPE_BYTES[dtype]
+    entries = units.aligned_entries_per_page(base_entries, entry_bytes, alignment_bytes)
+    per_entry = group.compress_ratio if entry_kind is EntryKind.COMPRESSED_ENTRY else 1
+    shape = ",".join(str(n) for n in entry_shape)
+    return PoolSpec(
+        name=f"{group.name}.{component}",
+        group_name=group.name,
+        object_kind=object_kind,
+        entry_kind=entry_kind,
+        compress_ratio=group.compress_ratio,
+        layer_count=group.layer_count,
+        dtype=dtype,
+        entry_shape=entry_shape,
+        entry_bytes=entry_bytes,
+        entries_per_page=entries,
+        tokens_per_page=units.tokens_per_page(entries, per_entry),
+        page_bytes=units.bytes_for_entries(entries, entry_bytes),
+        alignment_bytes=alignment_bytes,
+        abi_id=f"{component}/{dtype}/[{shape}]/e{entries}/v{ABI_VERSION}",
+    )
