@@ -1,0 +1,91 @@
+"""Canonical float32 primitives whose bits never depend on batch shape (V4_CACHE.md section 7).
+
+Every reduction here runs in a fixed, index-ascending order, one slice at a time, and
+every other step is an element-wise IEEE operation (+, -, *, /, sqrt), which numpy
+rounds correctly whatever the array's shape, stride or alignment. Hence the result for
+one row is the same whether that row is computed alone or inside a batch of any size;
+`tests/e2e/test_tiny_v4_exact.py` checks this claim directly. `np.exp` is only ever
+called through `exp32`, on arrays whose shape is fixed by the position being computed
+(one block, one query), never on a batch-shaped array.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+F32 = NDArray[np.float32]
+I64 = NDArray[np.int64]
+ONE = np.float32(1.0)
+
+
+def seq_sum(x: F32, axis: int) -> F32:
+    """Sum along `axis` in index order: ((x0 + x1) + x2) + ... (never pairwise or SIMD-split)."""
+    moved = np.moveaxis(x, axis, 0)
+    assert moved.shape[0] >= 1, "sum over an empty axis"
+    acc: F32 = moved[0].copy()
+    for i in range(1, moved.shape[0]):
+        acc += moved[i]
+    assert acc.dtype == np.float32, acc.dtype
+    return acc
+
+
+def proj(x: F32, w: F32) -> F32:
+    """Row-wise x @ w: out[n] = sum_i x[n, i] * w[i], accumulated in order of i.
+
+    Equal, row by row, to the canonical `(v[:, None] * w).sum(0)` of section 7, and
+    independent of how many rows are stacked in `x`.
+    """
+    assert x.ndim == 2 and w.ndim == 2 and x.shape[1] == w.shape[0], (x.shape, w.shape)
+    acc: F32 = x[:, 0:1] * w[0]
+    for i in range(1, w.shape[0]):
+        acc += x[:, i : i + 1] * w[i]
+    assert acc.dtype == np.float32, acc.dtype
+    return acc
+
+
+def rms_norm(x: F32, gain: F32, eps: float) -> F32:
+    """RMSNorm over the last axis: x / sqrt(mean(x^2) + eps) * gain."""
+    assert x.shape[-1] == gain.shape[0], (x.shape, gain.shape)
+    mean_sq = seq_sum(x * x, axis=-1) / np.float32(x.shape[-1])
+    inv = ONE / np.sqrt(mean_sq + np.float32(eps))
+    out: F32 = (x * inv[..., None]) * gain
+    return out
+
+
+def exp32(x: F32) -> F32:
+    """Element-wise exp on a contiguous float32 copy (one code path in numpy's ufunc loop)."""
+    out = np.exp(np.ascontiguousarray(x, dtype=np.float32))
+    assert out.dtype == np.float32
+    return out
+
+
+class RopeTable:
+    """cos / sin of position * base^(-2i/dims), precomputed in float64, stored as float32.
+
+    Rotation pairs the two halves of the rope part (the LAST `dims` dims of a vector).
+    """
+
+    def __init__(self, *, dims: int, base: float, max_positions: int) -> None:
+        assert dims % 2 == 0 and dims > 0, dims
+        inv_freq = base ** (-np.arange(0, dims, 2, dtype=np.float64) / dims)
+        angles = np.arange(max_positions, dtype=np.float64)[:, None] * inv_freq[None, :]
+        self.dims = dims
+        self.cos: F32 = np.cos(angles).astype(np.float32)
+        self.sin: F32 = np.sin(angles).astype(np.float32)
+
+    def apply(self, x: F32, positions: I64, *, inverse: bool = False) -> F32:
+        """Rotate x[n, ..., -dims:] by +positions[n] (or by -positions[n] when `inverse`)."""
+        assert x.shape[0] == positions.shape[0], (x.shape, positions.shape)
+        assert positions.size == 0 or int(positions.max()) < self.cos.shape[0], (
+            "raise max_positions"
+        )
+        lead = (positions.shape[0],) + (1,) * (x.ndim - 2) + (self.dims // 2,)
+        cos = self.cos[positions].reshape(lead)
+        sin = self.sin[positions].reshape(lead)
+        sin = -sin if inverse else sin
+        split = x.shape[-1] - self.dims
+        half = split + self.dims // 2
+        x1, x2 = x[..., split:half], x[..., half:]
+        rotated = (x[..., :split], x1 * cos - x2 * sin, x1 * sin + x2 * cos)
+        return np.concatenate(rotated, axis=-1)
