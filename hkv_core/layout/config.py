@@ -140,8 +140,9 @@ def _v4_geometry(reader: ConfigReader, main: int, mtp: int) -> Geometry:
     rope = reader.integer("qk_rope_head_dim", minimum=0)
     if rope > head_dim:
         reader.fail("qk_rope_head_dim", f"{rope} exceeds head_dim {head_dim}")
-    heads, dim, topk = (reader.integer(key, minimum=1) if units.OVERLAP_RATIO in ratios else 0
-                        for key in INDEX_KEYS)
+    heads, dim, topk = 0, 0, 0  # the indexer exists only in CSA (r = 4) layers
+    if units.OVERLAP_RATIO in ratios:
+        heads, dim, topk = (reader.integer(key, minimum=1) for key in INDEX_KEYS)
     return Geometry(
         family="deepseek_v4", num_key_value_heads=1, head_dim=head_dim, rope_head_dim=rope,
         kv_entry_shape=(head_dim,), window_tokens=window, layer_ratios=tuple(ratios),
