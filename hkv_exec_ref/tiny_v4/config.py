@@ -6,11 +6,28 @@ HCA), looked up from the compress ratio so that code branches on data, not on `i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import attrs
 
 SWA_RATIO = 0  # r = 0: sliding window only (section 1)
 CSA_RATIO = 4  # r = 4: overlapping compressor (c = 2) + lightning indexer (sections 2, 3)
 CSA_OVERLAP = 2  # c for r = 4; every other ratio pools without overlap (c = 1)
+
+# Hugging Face style config keys (section 1) -> Config fields; absent keys keep defaults.
+HF_KEYS = {
+    "compress_ratios": "compress_ratios",
+    "sliding_window": "window_tokens",
+    "hidden_size": "hidden",
+    "num_attention_heads": "n_heads",
+    "head_dim": "head_dim",
+    "qk_rope_head_dim": "rope_dims",
+    "index_n_heads": "index_heads",
+    "index_head_dim": "index_dim",
+    "index_topk": "index_topk",
+    "vocab_size": "vocab",
+}
 
 
 @attrs.frozen(kw_only=True)
@@ -59,6 +76,17 @@ class Config:
         assert 0 < self.index_rope_dims <= self.index_dim and self.index_rope_dims % 2 == 0
         assert self.index_topk >= 1 and self.index_heads >= 1
         assert self.max_positions >= 1
+
+    @classmethod
+    def from_hf_config(cls, hf: Mapping[str, Any], *, seed: int = 0) -> Config:
+        """A Config from a Hugging Face style dict (e.g. specs/presets/tiny_v4.toml)."""
+        fields: dict[str, Any] = {ours: hf[key] for key, ours in HF_KEYS.items() if key in hf}
+        if "compress_ratios" in fields:
+            fields["compress_ratios"] = tuple(int(r) for r in fields["compress_ratios"])
+        cfg = cls(seed=seed, **fields)
+        layers = hf.get("num_hidden_layers", cfg.n_layers)
+        assert layers == cfg.n_layers, f"num_hidden_layers={layers} vs {cfg.compress_ratios}"
+        return cfg
 
     @property
     def n_layers(self) -> int:

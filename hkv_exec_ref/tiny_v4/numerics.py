@@ -17,31 +17,35 @@ from numpy.typing import NDArray
 F32 = NDArray[np.float32]
 I64 = NDArray[np.int64]
 ONE = np.float32(1.0)
+PROJ_ROWS_MAX = 256  # rows per temporary product in `proj` (memory bound only)
 
 
 def seq_sum(x: F32, axis: int) -> F32:
-    """Sum along `axis` in index order: ((x0 + x1) + x2) + ... (never pairwise or SIMD-split)."""
-    moved = np.moveaxis(x, axis, 0)
-    assert moved.shape[0] >= 1, "sum over an empty axis"
-    acc: F32 = moved[0].copy()
-    for i in range(1, moved.shape[0]):
-        acc += moved[i]
-    assert acc.dtype == np.float32, acc.dtype
-    return acc
+    """Sum along `axis` in index order: ((x0 + x1) + x2) + ... (never pairwise or SIMD-split).
+
+    `np.add.accumulate` is the running sum r_i = r_(i-1) + x_i by definition, so its last
+    element is the strictly sequential sum, done in C.
+    """
+    assert x.dtype == np.float32 and x.shape[axis] >= 1, (x.dtype, x.shape, axis)
+    running = np.add.accumulate(x, axis=axis, dtype=np.float32)
+    out: F32 = np.take(running, -1, axis=axis)
+    return out
 
 
 def proj(x: F32, w: F32) -> F32:
     """Row-wise x @ w: out[n] = sum_i x[n, i] * w[i], accumulated in order of i.
 
     Equal, row by row, to the canonical `(v[:, None] * w).sum(0)` of section 7, and
-    independent of how many rows are stacked in `x`.
+    independent of how many rows are stacked in `x` (rows are processed in slabs of
+    PROJ_ROWS_MAX only to bound the temporary (rows, d_in, d_out) product).
     """
     assert x.ndim == 2 and w.ndim == 2 and x.shape[1] == w.shape[0], (x.shape, w.shape)
-    acc: F32 = x[:, 0:1] * w[0]
-    for i in range(1, w.shape[0]):
-        acc += x[:, i : i + 1] * w[i]
-    assert acc.dtype == np.float32, acc.dtype
-    return acc
+    slabs = [
+        seq_sum(x[lo : lo + PROJ_ROWS_MAX, :, None] * w[None, :, :], axis=1)
+        for lo in range(0, x.shape[0], PROJ_ROWS_MAX)
+    ]
+    out: F32 = np.concatenate(slabs) if slabs else np.zeros((0, w.shape[1]), np.float32)
+    return out
 
 
 def rms_norm(x: F32, gain: F32, eps: float) -> F32:
