@@ -75,7 +75,8 @@ def attend(q: F32, keys: F32, sink: F32) -> F32:
     """Softmax attention of one query (heads, D) over keys (n, D) that are also the values.
 
     logits = q . k / sqrt(D); the sink adds exp(s_h - m) to the denominator only, m being
-    the max over real keys. Returns (heads, D), still carrying rope (see `de-rotation`).
+    the max over real keys. Returns (heads, D), still carrying rope (the caller de-rotates
+    it by -t, layer.py).
     """
     assert keys.ndim == 2 and keys.shape[0] >= 1 and keys.shape[1] == q.shape[1], keys.shape
     scale = np.float32(1.0 / np.sqrt(q.shape[1]))

@@ -1,6 +1,6 @@
 """Canonical float32 primitives whose bits never depend on batch shape (V4_CACHE.md section 7).
 
-Every reduction here runs in a fixed, index-ascending order, one slice at a time, and
+Every reduction here is a strictly sequential running sum (np.add.accumulate), and
 every other step is an element-wise IEEE operation (+, -, *, /, sqrt), which numpy
 rounds correctly whatever the array's shape, stride or alignment. Hence the result for
 one row is the same whether that row is computed alone or inside a batch of any size;
