@@ -1,0 +1,72 @@
+"""Typed field readers for TOML tables that raise SpecError naming file, table and key."""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from hkv_core.errors import SpecError
+
+
+class TableReader:
+    """Reads typed fields out of one TOML table; every failure names file/table/key."""
+
+    def __init__(self, file: str, table: str, data: object) -> None:
+        if not isinstance(data, Mapping):
+            raise SpecError("expected a table", file=file, table=table, key="*")
+        self.file, self.table, self.data = file, table, data
+
+    def fail(self, key: str, message: str) -> SpecError:
+        """A SpecError at `key` of this table."""
+        return SpecError(message, file=self.file, table=self.table, key=key)
+
+    def only(self, allowed: set[str]) -> None:
+        """Reject keys outside `allowed` (typos must not pass silently)."""
+        for key in self.data:
+            if key not in allowed:
+                raise self.fail(str(key), f"unknown key (allowed: {', '.join(sorted(allowed))})")
+
+    def raw(self, key: str) -> object:
+        if key not in self.data:
+            raise self.fail(key, "missing required key")
+        return self.data[key]
+
+    def str_(self, key: str, default: str | None = None) -> str:
+        if default is not None and key not in self.data:
+            return default
+        value = self.raw(key)
+        if not isinstance(value, str) or not value:
+            raise self.fail(key, f"expected a non-empty string, got {value!r}")
+        return value
+
+    def int_(self, key: str, minimum: int = 0) -> int:
+        value = self.raw(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise self.fail(key, f"expected an integer >= {minimum}, got {value!r}")
+        return value
+
+    def strs(self, key: str, default: tuple[str, ...] | None = None) -> tuple[str, ...]:
+        if default is not None and key not in self.data:
+            return default
+        value = self.raw(key)
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise self.fail(key, f"expected a list of non-empty strings, got {value!r}")
+        if len(set(value)) != len(value):
+            raise self.fail(key, f"duplicate entries in {value!r}")
+        return tuple(value)
+
+    def sub(self, key: str) -> TableReader:
+        return TableReader(self.file, f"{self.table}.{key}" if self.table else key, self.raw(key))
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Parse a TOML file; unreadable or invalid files raise SpecError."""
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError as exc:
+        raise SpecError("file not found", file=str(path), table="", key="*") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"invalid TOML: {exc}", file=str(path), table="", key="*") from exc

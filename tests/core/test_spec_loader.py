@@ -1,0 +1,87 @@
+"""The lifecycle loader accepts the shipped spec and rejects malformed ones precisely."""
+
+from pathlib import Path
+
+import pytest
+
+from hkv_core.errors import HkvError, SpecError
+from hkv_core.spec import load_lifecycle
+from hkv_core.spec.names import EFFECT_NAMES, GUARD_NAMES, INVARIANT_NAMES
+from hkv_core.testing.spec_mutation import mutated_spec
+
+EVICT = '{ source = "PUBLISHED", event = "evict", dest = "FREE", guards = ["unpinned"]'
+
+
+def test_shipped_spec_loads_with_five_kinds() -> None:
+    spec = load_lifecycle()
+    assert list(spec.kinds) == ["compressed_kv", "compressor_tail", "swa_window",
+                                "indexer_state", "disk_prefix"]
+    assert spec.record_kinds == ("disk_prefix",)
+    assert {i.name for i in spec.invariants} == INVARIANT_NAMES
+    for kind in spec.kinds.values():
+        for t in kind.transitions:
+            assert set(t.guards) <= GUARD_NAMES and set(t.effects) <= EFFECT_NAMES
+
+
+def test_spec_covers_lifecycle_failure_rows() -> None:
+    rows = {i.failure for i in load_lifecycle().invariants}
+    assert {"F1", "F2", "F3", "F5", "F7", "F8", "F11", "F14"} <= rows
+
+
+CASES = [
+    # (old, new, table fragment, key, message fragment)
+    ('{ source = "READY", event = "publish", dest = "PUBLISHED"',
+     '{ source = "READY", event = "publish", dest = "PUBLISHD"', "transitions[", "dest", "unknown state"),
+    ('{ source = "FREE", event = "reserve", dest = "RESERVED"',
+     '{ source = "FRE", event = "reserve", dest = "RESERVED"', "transitions[", "source", "unknown state"),
+    ('event = "write_done", dest = "READY"', 'event = "write", dest = "READY"', "transitions[", "event",
+     "duplicate transition"),
+    ('guards = ["unpinned"]', 'guards = ["unpined"]', "transitions[", "guards", "not registered"),
+    ('effects = ["pin_copy"] }', 'effects = ["pin_cpy"] }', "transitions[", "effects", "not registered"),
+    ("[invariants.no_slot_leak]", "[invariants.no_slot_leek]", "invariants.no_slot_leek", "*",
+     "not registered"),
+    ('final = ["DELETED"]', "final = []", "kinds.disk_prefix", "final", "dead-end state 'DELETED'"),
+    ('initial = "ABSENT"', 'initial = "NOWHERE"', "kinds.disk_prefix", "initial", "unknown state"),
+    ('states = ["ABSENT", "WRITING"', 'states = ["ABSENT", "LIMBO", "WRITING"', "kinds.disk_prefix",
+     "states", "unreachable"),
+    ('failure = "F2"', 'failure = "two"', "invariants.", "failure", "FAILURES.md row"),
+    ("[meta]\nversion = 1", "[meta]\nversion = 1\nversoin = 2", "meta", "versoin", "unknown key"),
+    ('lease_events = ["pin", "unpin"]', 'lease_events = ["pin", "grab"]', "meta", "lease_events",
+     "unknown name"),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "table", "key", "message"), CASES)
+def test_malformed_spec_is_rejected_naming_file_table_key(
+        tmp_path: Path, old: str, new: str, table: str, key: str, message: str) -> None:
+    path = mutated_spec(tmp_path, old, new)
+    with pytest.raises(SpecError) as info:
+        load_lifecycle(path)
+    err = info.value
+    assert isinstance(err, HkvError)
+    assert err.file == str(path) and table in err.table and err.key == key, err
+    assert message in str(err) and str(path) in str(err)
+
+
+def test_invalid_toml_and_missing_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[kinds\n")
+    with pytest.raises(SpecError, match="invalid TOML"):
+        load_lifecycle(bad)
+    with pytest.raises(SpecError, match="file not found"):
+        load_lifecycle(tmp_path / "missing.toml")
+
+
+def test_final_state_with_exits_is_rejected(tmp_path: Path) -> None:
+    path = mutated_spec(tmp_path, 'final = ["DELETED"]', 'final = ["DELETED", "DURABLE"]')
+    with pytest.raises(SpecError, match="final state 'DURABLE' has outgoing"):
+        load_lifecycle(path)
+
+
+def test_mutation_helper_refuses_a_target_that_is_absent(tmp_path: Path) -> None:
+    with pytest.raises(AssertionError):
+        mutated_spec(tmp_path, "no such text anywhere", "x")
+
+
+def test_evict_guard_present_in_shipped_spec() -> None:
+    assert EVICT in (Path(load_lifecycle().source)).read_text()
