@@ -1,0 +1,78 @@
+"""`hkv check`: bounded exhaustive model check of the lifecycle spec."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import click
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from hkv_cli.output import console, out, print_json
+from hkv_core.checker import CheckConfig, CheckResult, check
+from hkv_core.spec import load_lifecycle
+
+
+@click.command("check")
+@click.option("--spec", "spec_path", type=click.Path(dir_okay=False), default=None,
+              help="Lifecycle spec to check (default: the shipped specs/lifecycle.toml).")
+@click.option("--prefixes", default=CheckConfig().prefixes, show_default=True,
+              help="Prefixes (5 segments each).")
+@click.option("--requests", default=CheckConfig().requests, show_default=True, help="Concurrent requests.")
+@click.option("--slots", "device_slots", default=CheckConfig().device_slots, show_default=True,
+              help="Device slots shared by all device segments.")
+@click.option("--depth", "max_depth", default=CheckConfig().max_depth, show_default=True,
+              help="Events explored beyond each seed world.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def check_command(spec_path: str | None, prefixes: int, requests: int, device_slots: int,
+                  max_depth: int, as_json: bool) -> None:
+    """Explore every reachable state within the bound; evaluate every invariant in each.
+
+    Exits 1 when an invariant is violated (the shortest trace is printed).
+    """
+    spec = load_lifecycle(spec_path)
+    config = CheckConfig(prefixes=prefixes, requests=requests, device_slots=device_slots,
+                         max_depth=max_depth)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=console, transient=True, disable=as_json) as bar:
+        task = bar.add_task("exploring: 0 states", total=None)
+        result = check(spec, config,
+                       progress=lambda n: bar.update(task, description=f"exploring: {n:,} states"))
+    payload = result_dict(result, config)
+    if as_json:
+        print_json(payload)
+    else:
+        _print_table(result)
+    raise SystemExit(1 if result.violations else 0)
+
+
+def result_dict(result: CheckResult, config: CheckConfig) -> dict[str, Any]:
+    return {
+        "states_explored": result.states_explored,
+        "transitions_explored": result.transitions_explored,
+        "invariants_checked": result.invariants_checked,
+        "invariants": list(result.invariant_names),
+        "violations": [attrs.asdict(v) for v in result.violations],
+        "truncated": result.truncated,
+        "seconds": round(result.seconds, 3),
+        "bound": attrs.asdict(config),
+    }
+
+
+def _print_table(result: CheckResult) -> None:
+    table = Table(title="hkv check: lifecycle spec")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for name, value in [("states explored", result.states_explored),
+                        ("transitions explored", result.transitions_explored),
+                        ("invariant evaluations", result.invariants_checked),
+                        ("invariants", len(result.invariant_names)),
+                        ("violations", len(result.violations)),
+                        ("seconds", f"{result.seconds:.1f}")]:
+        table.add_row(name, f"{value:,}" if isinstance(value, int) else str(value))
+    out.print(table)
+    for v in result.violations:
+        out.print(f"[red]VIOLATION {v.invariant}[/red]: {v.message}")
+        for step, label in enumerate(v.trace, 1):
+            out.print(f"  {step:3d}. {label}")

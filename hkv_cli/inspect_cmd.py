@@ -1,0 +1,26 @@
+"""`hkv inspect`: the derived layout of a model config or preset."""
+
+from __future__ import annotations
+
+import click
+
+from hkv_cli.output import print_json
+from hkv_core.layout import format_report_text, inspect_report, load_layout, preset_names
+
+
+@click.command("inspect")
+@click.argument("config_or_preset")
+@click.option("--tokens", "prefix_tokens", type=click.IntRange(min=0), default=None,
+              help="Also show the state needed to resume at prefix length P.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def inspect_command(config_or_preset: str, prefix_tokens: int | None, as_json: bool) -> None:
+    """Layer groups, pools and bytes per token of CONFIG_OR_PRESET (a config.json or a preset:
+    deepseek_v4_flash, deepseek_v4_pro, tiny_v4, llama_full, swa_full)."""
+    report = inspect_report(load_layout(config_or_preset), prefix_tokens)
+    if as_json:
+        print_json(report)
+    else:
+        click.echo(format_report_text(report))
+
+
+__all__ = ["inspect_command", "preset_names"]

@@ -1,0 +1,20 @@
+#!/usr/bin/env sh
+# Quick start 2: set up and run every quality gate and the whole test suite.
+# pytest exit 5 ("no tests collected") is a failure here, never a pass.
+set -eu
+cd "$(dirname "$0")/.."
+sh scripts/setup.sh
+echo "== mypy --strict hkv_core" >&2
+.venv/bin/mypy --strict hkv_core
+echo "== ruff check" >&2
+.venv/bin/ruff check .
+echo "== pytest" >&2
+set +e
+.venv/bin/python -m pytest "$@"
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+  echo "pytest collected no tests: failing on purpose" >&2
+  exit 1
+fi
+exit "$rc"
