@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 from hkv_core.errors import HkvError
 from hkv_core.spec.oracle import OracleModel, machine_transitions
@@ -43,7 +44,7 @@ def render_graphviz(kind: KindSpec, path: Path) -> Path:
                        missing="graphviz")
     from transitions.extensions import GraphMachine
 
-    model = OracleModel()
+    model: Any = OracleModel()
     GraphMachine(model=model, states=list(kind.states), initial=kind.initial,
                  transitions=machine_transitions(kind), auto_transitions=False,
                  show_conditions=True, title=kind.name)
