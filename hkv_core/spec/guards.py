@@ -8,36 +8,43 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Protocol
+from typing import Any, Protocol
+
+import numpy as np
 
 
 class GuardView(Protocol):
-    """What a guard may ask about the segment being moved and its surroundings."""
+    """What a guard may ask about the segment(s) being moved and their surroundings.
 
-    def slot_available(self) -> bool: ...
-    def is_owner(self) -> bool: ...
-    def rows_full(self) -> bool: ...
-    def leased_by_actor(self) -> bool: ...
-    def lease_count(self) -> int: ...
-    def copy_pinned(self) -> bool: ...
-    def disk_record_durable(self) -> bool: ...
-    def source_set_complete(self) -> bool: ...
-    def disk_dependents(self) -> int: ...
+    A view over one segment answers with Python scalars; a bulk view over many
+    pages answers with NumPy arrays (one element per page).  Guards combine the
+    answers with NumPy logical functions so both work.
+    """
+
+    def slot_available(self) -> Any: ...
+    def is_owner(self) -> Any: ...
+    def rows_full(self) -> Any: ...
+    def leased_by_actor(self) -> Any: ...
+    def lease_count(self) -> Any: ...
+    def copy_pinned(self) -> Any: ...
+    def disk_record_durable(self) -> Any: ...
+    def source_set_complete(self) -> Any: ...
+    def disk_dependents(self) -> Any: ...
 
 
-Guard = Callable[[GuardView], bool]
+Guard = Callable[[GuardView], Any]
 
 _GUARDS: dict[str, Guard] = {
     "slot_available": lambda v: v.slot_available(),
     "is_owner": lambda v: v.is_owner(),
     "rows_full": lambda v: v.rows_full(),
-    "rows_not_full": lambda v: not v.rows_full(),
+    "rows_not_full": lambda v: np.logical_not(v.rows_full()),
     "leased_by_actor": lambda v: v.leased_by_actor(),
-    "not_leased_by_actor": lambda v: not v.leased_by_actor(),
-    "unpinned": lambda v: v.lease_count() == 0 and not v.copy_pinned(),
+    "not_leased_by_actor": lambda v: np.logical_not(v.leased_by_actor()),
+    "unpinned": lambda v: np.logical_and(np.equal(v.lease_count(), 0), np.logical_not(v.copy_pinned())),
     "disk_record_durable": lambda v: v.disk_record_durable(),
     "source_set_complete": lambda v: v.source_set_complete(),
-    "no_disk_dependents": lambda v: v.disk_dependents() == 0,
+    "no_disk_dependents": lambda v: np.equal(v.disk_dependents(), 0),
 }
 
 GUARDS: Mapping[str, Guard] = MappingProxyType(_GUARDS)
@@ -47,6 +54,6 @@ def first_refusing(guards: tuple[Guard, ...], names: tuple[str, ...], view: Guar
     """The name of the first guard that refuses, or None when all pass."""
     assert len(guards) == len(names), "guards and names must pair up"
     for guard, name in zip(guards, names, strict=True):
-        if not guard(view):
+        if not np.all(guard(view)):
             return name
     return None

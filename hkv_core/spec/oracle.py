@@ -29,7 +29,7 @@ class OracleModel:
 def _guard_method(name: str) -> Any:
     def check(self: OracleModel) -> bool:
         assert self.view is not None, f"guard {name} needs a view"
-        return GUARDS[name](self.view)
+        return bool(GUARDS[name](self.view))
 
     check.__name__ = f"guard_{name}"
     return check
