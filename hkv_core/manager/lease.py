@@ -1,0 +1,51 @@
+"""Acquire: re-check a hit's page versions, then pin every page it reads (all or nothing)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hkv_core.manager.core import Core, RequestState
+from hkv_core.manager.errors import StaleLease
+from hkv_core.manager.pools import NULL_PAGE, PoolRole
+from hkv_core.manager.records import Hit
+
+
+def verify(core: Core, req: RequestState, hit: Hit) -> None:
+    """StaleLease unless every page of the hit still has the version and state the hit checked."""
+    for name, pages in hit.pages.items():
+        pool = core.pools[core.pool_index[name]]
+        now = pool.version[pages]
+        moved = (now != hit.versions[name]) | (pool.state[pages] != pool.published)
+        if np.any(moved):
+            i = int(np.flatnonzero(moved)[0])
+            raise StaleLease(pool=name, page=int(pages[i]), expected_version=int(hit.versions[name][i]),
+                             found_version=int(now[i]), request_id=req.rid)
+
+
+def pin(core: Core, req: RequestState, pool: int, pages: np.ndarray) -> None:
+    """Pin `pages` of `pool` for the request (pages it already pins are skipped)."""
+    fresh = np.array([p for p in pages.tolist() if p not in req.pinned_versions[pool]], np.int32)
+    core.pools[pool].step(fresh, "pin", req.rid)
+    for page in fresh.tolist():
+        req.pinned_versions[pool][page] = int(core.pools[pool].version[page])
+
+
+def acquire(core: Core, req: RequestState, hit: Hit) -> None:
+    """Pin the hit for the request and seed its page tables from it."""
+    verify(core, req, hit)
+    for name, pages in hit.pages.items():
+        pin(core, req, core.pool_index[name], pages)
+    blocks = len(hit.block_ids)
+    req.chain = hit.block_ids.tolist()
+    req.computed = req.allocated = req.hit_tokens = hit.tokens
+    req.hit_pages = {core.pool_index[n]: p.copy() for n, p in hit.pages.items()}
+    core.arena.last_access[hit.block_ids] = core.advance()
+    for info in core.infos:
+        got = hit.pages[info.name].tolist() if info.name in hit.pages else []
+        if info.role is PoolRole.PREFIX:
+            req.tables[info.index] = got
+        elif info.role is PoolRole.WINDOW:
+            first = core.window_first_block(info.index, hit.tokens)
+            req.tables[info.index] = [NULL_PAGE] * first + got
+            assert len(req.tables[info.index]) == blocks or not blocks
+    req.acquired = True
