@@ -59,3 +59,16 @@ class UnitError(HkvError):
     def __init__(self, message: str, *, name: str, value: int) -> None:
         super().__init__(f"{name}={value}: {message}", name=name, value=value)
         self.name, self.value = name, value
+
+
+class InvalidTokens(HkvError):
+    """A token array is not a 1-D integer array of token ids in ``[0, 2**31)``.
+
+    ``reason`` says what is wrong; ``dtype`` and ``shape`` describe what was
+    given (``None`` when it was not a NumPy array at all).
+    """
+
+    def __init__(self, reason: str, *, dtype: str | None, shape: tuple[int, ...] | None) -> None:
+        super().__init__(f"invalid tokens (dtype={dtype}, shape={shape}): {reason}",
+                         reason=reason, dtype=dtype, shape=shape)
+        self.reason, self.dtype, self.shape = reason, dtype, shape
