@@ -11,6 +11,7 @@ from rich.table import Table
 
 from hkv_cli.output import console, out, print_json
 from hkv_core.checker import CheckConfig, CheckResult, check
+from hkv_core.checker.impl import ImplCheckConfig, ImplCheckResult, check_implementation
 from hkv_core.spec import load_lifecycle
 
 
@@ -24,11 +25,15 @@ from hkv_core.spec import load_lifecycle
               help="Device slots shared by all device segments.")
 @click.option("--depth", "max_depth", default=CheckConfig().max_depth, show_default=True,
               help="Events explored beyond each seed world.")
+@click.option("--impl-depth", default=ImplCheckConfig().max_depth, show_default=True,
+              help="API calls explored on the real CacheManager (0 skips the implementation check).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def check_command(spec_path: str | None, prefixes: int, requests: int, device_slots: int,
-                  max_depth: int, as_json: bool) -> None:
+                  max_depth: int, impl_depth: int, as_json: bool) -> None:
     """Explore every reachable state within the bound; evaluate every invariant in each.
 
+    Two checks: the abstract lifecycle spec (every event on every segment), and
+    the real CacheManager on a tiny layout (every sequence of API calls).
     Exits 1 when an invariant is violated (the shortest trace is printed).
     """
     spec = load_lifecycle(spec_path)
@@ -39,12 +44,44 @@ def check_command(spec_path: str | None, prefixes: int, requests: int, device_sl
         task = bar.add_task("exploring: 0 states", total=None)
         result = check(spec, config,
                        progress=lambda n: bar.update(task, description=f"exploring: {n:,} states"))
+        impl = None
+        if impl_depth > 0:
+            task2 = bar.add_task("manager: 0 states", total=None)
+            impl = check_implementation(
+                ImplCheckConfig(max_depth=impl_depth),
+                progress=lambda n: bar.update(task2, description=f"manager: {n:,} states"))
     payload = result_dict(result, config)
+    payload["implementation"] = impl_dict(impl) if impl else None
     if as_json:
         print_json(payload)
     else:
         _print_table(result)
-    raise SystemExit(1 if result.violations else 0)
+        if impl:
+            _print_impl(impl)
+    raise SystemExit(1 if result.violations or (impl and impl.violations) else 0)
+
+
+def impl_dict(result: ImplCheckResult) -> dict[str, Any]:
+    return {"states_explored": result.states_explored, "calls_explored": result.calls_explored,
+            "failed_calls_unchanged": result.failed_calls, "invariants_checked": result.invariants_checked,
+            "violations": [{"invariant": name, "trace": list(trace)} for name, trace in result.violations],
+            "seconds": round(result.seconds, 3)}
+
+
+def _print_impl(result: ImplCheckResult) -> None:
+    table = Table(title="hkv check: CacheManager on tiny_csa (every API call sequence)")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for name, value in [("states explored", result.states_explored), ("calls explored", result.calls_explored),
+                        ("failed calls (state unchanged)", result.failed_calls),
+                        ("invariant evaluations", result.invariants_checked),
+                        ("violations", len(result.violations)), ("seconds", f"{result.seconds:.1f}")]:
+        table.add_row(name, f"{value:,}" if isinstance(value, int) else str(value))
+    out.print(table)
+    for name, trace in result.violations:
+        out.print(f"[red]VIOLATION {name}[/red]")
+        for step, label in enumerate(trace, 1):
+            out.print(f"  {step:3d}. {label}")
 
 
 def result_dict(result: CheckResult, config: CheckConfig) -> dict[str, Any]:

@@ -54,16 +54,15 @@ def _needs(core: Core, req: RequestState, start: int, end: int) -> tuple[dict[in
 
 
 def allocate(core: Core, req: RequestState, num_tokens: int) -> Allocation:
+    """Pages for tokens [allocated, allocated + n); a request that never acquired starts at 0."""
     start, end = req.allocated, req.allocated + num_tokens
     if num_tokens < 1 or end > len(req.tokens):
         raise InvalidRequestState(request_id=req.rid, action="allocate",
                                   reason=f"{num_tokens} tokens from {start} exceed the {len(req.tokens)} known")
     counts, cows, boundaries = _needs(core, req, start, end)
-    for pool, count in counts.items():
-        if len(core.pools[pool].free) < count:
-            evict_for(core, pool, count)
-        if len(core.pools[pool].free) < count:
-            raise OutOfPages(pool=core.infos[pool].name, needed=count, free=len(core.pools[pool].free))
+    if not evict_for(core, counts):
+        pool = next(p for p, n in counts.items() if len(core.pools[p].free) < n)
+        raise OutOfPages(pool=core.infos[pool].name, needed=counts[pool], free=len(core.pools[pool].free))
     copies = []
     snapshots: dict[int, dict[str, int]] = {b: {} for b in boundaries}
     for pool, count in counts.items():
@@ -72,7 +71,7 @@ def allocate(core: Core, req: RequestState, num_tokens: int) -> Allocation:
         copies += _place(core, req, pool, pages, cows.get(pool), boundaries, snapshots)
     for b in boundaries:
         req.snapshots[b] = [snapshots[b][core.infos[p].name] for p in core.by_role[PoolRole.TAIL]]
-    req.allocated = end
+    req.allocated, req.acquired = end, True
     core.stats["copies"] += len(copies)
     return Allocation(request_id=req.rid, start_tokens=start, num_tokens=num_tokens,
                       block_tables={i.name: np.array(req.tables[i.index], np.int32) for i in core.infos

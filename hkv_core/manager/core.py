@@ -6,6 +6,7 @@ a Core; CacheManager (manager.py) is the locked public facade over them.
 
 from __future__ import annotations
 
+import copy
 import math
 
 import attrs
@@ -109,3 +110,38 @@ def _pool_info(index: int, spec_pool: object, config: ManagerConfig, block_token
 
 def _window_of(layout: Layout, info: PoolInfo) -> int:
     return layout.group(info.spec.group_name).window_tokens
+
+
+def clone_core(core: Core) -> Core:
+    """An independent copy of every mutable part (immutable spec, layout and hasher are shared)."""
+    twin = copy.copy(core)
+    twin.pools = tuple(_clone_pool(p) for p in core.pools)
+    twin.arena = copy.copy(core.arena)
+    for name in ARENA_COLUMNS:
+        setattr(twin.arena, name, getattr(core.arena, name).copy())
+    twin.arena.free = list(core.arena.free)
+    twin.keys = copy.copy(core.keys)
+    twin.keys.hi, twin.keys.lo, twin.keys.ids = core.keys.hi.copy(), core.keys.lo.copy(), core.keys.ids.copy()
+    twin.requests = {rid: _clone_request(r) for rid, r in core.requests.items()}
+    twin.stats = dict(core.stats)
+    return twin
+
+
+ARENA_COLUMNS = ("key", "parent", "position", "children", "last_access", "alive", "point", "prefix_pages",
+                 "window_pages", "tail_pages")
+
+
+def _clone_request(req: RequestState) -> RequestState:
+    """Token and key arrays are replaced, never written in place, so they are shared."""
+    return attrs.evolve(req, chain=list(req.chain), pinned_versions=[dict(d) for d in req.pinned_versions],
+                        hit_pages=dict(req.hit_pages), tables=[list(t) for t in req.tables],
+                        owned=[set(o) for o in req.owned], snapshots={b: list(p) for b, p in req.snapshots.items()})
+
+
+def _clone_pool(pool: PagePool) -> PagePool:
+    twin = copy.copy(pool)
+    for name in ("state", "version", "leases", "copies", "holders", "owner", "frozen"):
+        setattr(twin, name, getattr(pool, name).copy())
+    twin.free = list(pool.free)
+    twin.effects = {name: getattr(twin, method.__name__) for name, method in pool.effects.items()}
+    return twin

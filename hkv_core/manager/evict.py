@@ -5,16 +5,35 @@ pages) and leaf blocks (their prefix-page references).  A block is only
 evicted as a leaf, so the tail of a chain goes before its head and no retained
 resume point ever loses a page it needs: the point is dropped first, and a
 window page is retired only when no point references it.
+
+Eviction for an allocation is planned first on a virtual copy of the
+reference counts; it is carried out only if it frees enough pages in every
+pool the allocation needs, so a failed allocation evicts nothing (F8).
 """
 
 from __future__ import annotations
 
+from collections import Counter
+
+import attrs
 import numpy as np
 
 from hkv_core.manager.core import Core
 from hkv_core.manager.pools import NULL_PAGE, PoolRole
 
-BATCH_UNITS = 64
+Ref = tuple[int, int]  # (pool, page)
+
+
+@attrs.define
+class Virtual:
+    """Reference drops and block removals not yet applied to the manager."""
+
+    refs: Counter[Ref] = attrs.field(factory=Counter)
+    children: Counter[int] = attrs.field(factory=Counter)
+    gone: set[int] = attrs.field(factory=set)
+    no_point: set[int] = attrs.field(factory=set)
+    freed: Counter[int] = attrs.field(factory=Counter)
+    units: list[int] = attrs.field(factory=list)
 
 
 def _pinned(core: Core, block: int) -> bool:
@@ -28,102 +47,132 @@ def _pinned(core: Core, block: int) -> bool:
 
 
 def candidates(core: Core) -> np.ndarray:
-    """Evictable units in LRU order (oldest first, deeper first on ties)."""
+    """Units in LRU order (oldest first, deeper first on ties)."""
     a = core.arena
     ids = np.flatnonzero(a.alive & ((a.children == 0) | a.point))
-    order = np.lexsort((-a.position[ids], a.last_access[ids]))
-    return ids[order]
+    return ids[np.lexsort((-a.position[ids], a.last_access[ids]))]
 
 
-def evict_unit(core: Core, block: int) -> bool:
-    """Evict a point (and the block itself when it is a leaf); False if pinned."""
-    if _pinned(core, block):
-        return False
-    if core.arena.point[block]:
-        drop_point(core, block)
-    if core.arena.children[block] == 0:
-        drop_block(core, block)
-    return True
-
-
-def drop_point(core: Core, block: int) -> None:
-    a = core.arena
+def _point_refs(core: Core, block: int) -> list[tuple[Ref, str]]:
+    a, refs = core.arena, []
     for col, pool in enumerate(core.by_role[PoolRole.TAIL]):
-        page = int(a.tail_pages[block, col])
-        a.tail_pages[block, col] = NULL_PAGE
-        _release_ref(core, pool, page, "evict")
+        refs.append(((pool, int(a.tail_pages[block, col])), "evict"))
     boundary = (int(a.position[block]) + 1) * core.block_tokens
-    chain = _ancestors(core, block, boundary // core.block_tokens - core.widest_window_first_block(boundary))
     for col, pool in enumerate(core.by_role[PoolRole.WINDOW]):
-        first = core.window_first_block(pool, boundary)
-        for b in chain:
-            if int(a.position[b]) >= first:
-                page = int(a.window_pages[b, col])
-                if _release_ref(core, pool, page, "retire"):
-                    a.window_pages[b, col] = NULL_PAGE
-    a.point[block] = False
-    core.stats["evicted_points"] += 1
+        first, b = core.window_first_block(pool, boundary), block
+        while b >= 0 and int(a.position[b]) >= first:
+            refs.append(((pool, int(a.window_pages[b, col])), "retire"))
+            b = int(a.parent[b])
+    return [(r, e) for r, e in refs if r[1] != NULL_PAGE]
 
 
-def drop_block(core: Core, block: int) -> None:
+def _block_refs(core: Core, block: int) -> list[tuple[Ref, str]]:
+    pages = core.arena.prefix_pages[block]
+    return [((pool, int(pages[col])), "evict") for col, pool in enumerate(core.by_role[PoolRole.PREFIX])
+            if pages[col] != NULL_PAGE]
+
+
+def _unit(core: Core, v: Virtual, block: int) -> list[tuple[Ref, str]] | None:
+    """The references a unit drops (and mark it in `v`), or None when it cannot go now."""
     a = core.arena
-    for col, pool in enumerate(core.by_role[PoolRole.PREFIX]):
-        _release_ref(core, pool, int(a.prefix_pages[block, col]), "evict")
-    key = a.key[block]
-    assert core.keys.remove(int(key[0]), int(key[1])) == block
-    a.drop(block)
-    core.stats["evicted_blocks"] += 1
+    if block in v.gone or _pinned(core, block):
+        return None
+    has_point = bool(a.point[block]) and block not in v.no_point
+    leaf = int(a.children[block]) - v.children[block] == 0
+    if not has_point and not leaf:
+        return None
+    refs = _point_refs(core, block) if has_point else []
+    if has_point:
+        v.no_point.add(block)
+    if leaf:
+        refs += _block_refs(core, block)
+        v.gone.add(block)
+        v.children[int(a.parent[block])] += 1
+    v.units.append(block)
+    return refs
 
 
-def _release_ref(core: Core, pool: int, page: int, event: str) -> bool:
-    """Drop one index reference; free (or retire) the page when it was the last. True if freed."""
-    if page == NULL_PAGE:
-        return False
+def _count(core: Core, v: Virtual, refs: list[tuple[Ref, str]]) -> None:
+    for (pool, page), _ in refs:
+        v.refs[(pool, page)] += 1
+        p = core.pools[pool]
+        if v.refs[(pool, page)] == p.holders[page] and p.leases[page] == 0:
+            v.freed[pool] += 1
+
+
+def plan(core: Core, needs: dict[int, int]) -> Virtual | None:
+    """LRU units whose eviction frees `needs[pool]` pages in every pool, or None if impossible."""
+    v = Virtual()
+    short = {p: n - len(core.pools[p].free) for p, n in needs.items() if n > len(core.pools[p].free)}
+    while any(v.freed[p] < n for p, n in short.items()):
+        progress = False
+        for block in candidates(core).tolist():
+            refs = _unit(core, v, block)
+            if refs is not None:
+                _count(core, v, refs)
+                progress = True
+                if all(v.freed[p] >= n for p, n in short.items()):
+                    break
+        if not progress:
+            return None
+    return v
+
+
+def apply(core: Core, v: Virtual) -> None:
+    """Carry out a planned eviction for real, unit by unit."""
+    for block in v.units:
+        a = core.arena
+        if a.point[block]:
+            for (pool, page), event in _point_refs(core, block):
+                _release_ref(core, pool, page, event)
+            a.point[block] = False
+            a.tail_pages[block] = NULL_PAGE
+            core.stats["evicted_points"] += 1
+        if a.children[block] == 0 and block in v.gone:
+            for (pool, page), event in _block_refs(core, block):
+                _release_ref(core, pool, page, event)
+            key = a.key[block]
+            assert core.keys.remove(int(key[0]), int(key[1])) == block
+            a.drop(block)
+            core.stats["evicted_blocks"] += 1
+
+
+def _release_ref(core: Core, pool: int, page: int, event: str) -> None:
+    """Drop one index reference; free (evict) or retire the page when it was the last."""
     p = core.pools[pool]
     p.holders[page] -= 1
     assert p.holders[page] >= 0
     if p.holders[page]:
-        return False
+        return
     pages = np.array([page], np.int32)
-    p.step(pages, event)
-    if event == "retire" and p.leases[page] == 0:
-        p.step(pages, "reclaim")
+    if event == "retire":
+        core.arena.window_pages[core.arena.window_pages[:, core.column[pool]] == page, core.column[pool]] = NULL_PAGE
+        p.step(pages, "retire")
+        if p.leases[page] == 0:
+            p.step(pages, "reclaim")
+    else:
+        p.step(pages, "evict")
+
+
+def evict_for(core: Core, needs: dict[int, int]) -> bool:
+    """Evict just enough for `needs`; False (and nothing evicted) when that is impossible."""
+    v = plan(core, needs)
+    if v is None:
+        return False
+    apply(core, v)
     return True
 
 
-def _ancestors(core: Core, block: int, count: int) -> list[int]:
-    chain, b = list[int](), block
-    while b >= 0 and len(chain) < count:
-        chain.append(b)
-        b = int(core.arena.parent[b])
-    return chain
-
-
-def evict_for(core: Core, pool: int, needed: int) -> int:
-    """Evict LRU units until `pool` has `needed` free pages or nothing more can go."""
-    evicted = 0
-    while len(core.pools[pool].free) < needed:
-        progress = False
-        for block in candidates(core)[:BATCH_UNITS].tolist():
-            if core.arena.alive[block] and evict_unit(core, block):
-                evicted, progress = evicted + 1, True
-                if len(core.pools[pool].free) >= needed:
-                    break
-        if not progress:
-            break
-    return evicted
-
-
 def evict_all(core: Core, max_units: int | None = None) -> int:
-    """Evict every unpinned unit (or up to `max_units`)."""
+    """Evict every unpinned unit in LRU order (or the first `max_units`)."""
     evicted = 0
     while max_units is None or evicted < max_units:
-        progress = False
+        v = Virtual()
         for block in candidates(core).tolist():
-            if max_units is not None and evicted >= max_units:
-                break
-            if core.arena.alive[block] and evict_unit(core, block):
-                evicted, progress = evicted + 1, True
-        if not progress:
+            if (max_units is None or len(v.units) + evicted < max_units) and _unit(core, v, block) is not None:
+                continue
+        if not v.units:
             break
+        apply(core, v)
+        evicted += len(v.units)
     return evicted

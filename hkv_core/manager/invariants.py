@@ -33,9 +33,11 @@ class InvariantViolation(HkvError):
 
 
 def _states(core: Core, pool: int, names: set[str]) -> np.ndarray:
+    """Mask of the pool's pages whose state is one of `names` (a lookup table, no isin)."""
     p = core.pools[pool]
-    wanted = [p.table.state_index[n] for n in names if n in p.table.state_index]
-    return np.isin(p.state, wanted)
+    table = np.zeros(len(p.table.states), np.bool_)
+    table[[p.table.state_index[n] for n in names if n in p.table.state_index]] = True
+    return table[p.state]
 
 
 def copy_endpoints_pinned(core: Core) -> list[str]:

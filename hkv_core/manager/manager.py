@@ -17,15 +17,14 @@ import threading
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
-import numpy as np
 from numpy.typing import ArrayLike
 
 from hkv_core.block_keys import ExtraKeys
 from hkv_core.layout import Layout
-from hkv_core.manager import alloc, commit, evict, hit, lease, release
+from hkv_core.manager import admit, alloc, commit, evict, hit, lease, release
 from hkv_core.manager.config import ManagerConfig
 from hkv_core.manager.core import Core, RequestState
-from hkv_core.manager.errors import AdmissionRejected, InvalidRequestState, UnknownRequest
+from hkv_core.manager.errors import InvalidRequestState, UnknownRequest
 from hkv_core.manager.records import Allocation, Hit
 
 P = ParamSpec("P")
@@ -61,31 +60,13 @@ class CacheManager:
     def add_request(self, tokens: ArrayLike, *, cache_salt: str | None = None, lora_id: str | int | None = None,
                     mm_keys: tuple[tuple[int, bytes], ...] = ()) -> int:
         """Register a request and hash its prompt; AdmissionRejected past `max_requests`."""
-        core = self.core
-        if len(core.requests) >= core.config.max_requests:
-            raise AdmissionRejected(cap="requests in flight", limit=core.config.max_requests,
-                                    needed=len(core.requests) + 1, detail="wait for a release")
         extra = ExtraKeys(cache_salt=cache_salt, lora_id=lora_id, mm_keys=mm_keys)
-        keys = core.hasher.hash_blocks(np.asarray(tokens), extra)  # validates the token array (InvalidTokens)
-        rid = core.next_rid
-        n_pools = len(core.infos)
-        core.requests[rid] = RequestState(
-            rid=rid, tokens=np.asarray(tokens, np.int64).copy(), keys=keys, extra=extra,
-            prompt_tokens=len(np.asarray(tokens)), pinned_versions=[{} for _ in range(n_pools)],
-            tables=[[] for _ in range(n_pools)], owned=[set() for _ in range(n_pools)])
-        core.next_rid += 1
-        return rid
+        return admit.add_request(self.core, tokens, extra)
 
     @_locked
     def append_tokens(self, rid: int, tokens: ArrayLike) -> None:
         """Extend a request (decode): new complete blocks get chained keys."""
-        req = self._request(rid, "append_tokens")
-        core = self.core
-        joined = np.concatenate([req.tokens, np.asarray(tokens, np.int64).ravel()])
-        done = len(req.keys) * core.block_tokens
-        parent = req.keys[-1].astype("<u8").tobytes() if len(req.keys) else None
-        more = core.hasher.hash_blocks(joined[done:], req.extra, parent=parent, start_block=len(req.keys))
-        req.tokens, req.keys = joined, np.concatenate([req.keys, more])
+        admit.append_tokens(self.core, self._request(rid, "append_tokens"), tokens)
 
     @_locked
     def match(self, rid: int) -> Hit:
@@ -114,10 +95,7 @@ class CacheManager:
     @_locked
     def allocate(self, rid: int, num_tokens: int) -> Allocation:
         """Pages and slot mappings for the next tokens; OutOfPages leaves everything as it was."""
-        req = self._request(rid, "allocate")
-        if not req.acquired:
-            lease.acquire(self.core, req, hit.empty(rid))
-        return alloc.allocate(self.core, req, num_tokens)
+        return alloc.allocate(self.core, self._request(rid, "allocate"), num_tokens)
 
     @_locked
     def commit(self, rid: int, num_tokens: int) -> None:

@@ -28,18 +28,21 @@ def test_inspect_flash_json_reports_the_v4_layout() -> None:
 
 
 def test_check_json_fields_on_a_small_bound() -> None:
-    done = hkv("check", "--prefixes", "1", "--requests", "1", "--depth", "2", "--json")
+    done = hkv("check", "--prefixes", "1", "--requests", "1", "--depth", "2", "--impl-depth", "3", "--json")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     for key in ("states_explored", "transitions_explored", "invariants_checked", "violations"):
         assert key in result
+    for key in ("states_explored", "calls_explored", "invariants_checked", "violations"):
+        assert key in result["implementation"]
     assert result["states_explored"] > 1 and result["violations"] == []
+    assert result["implementation"]["states_explored"] > 1 and result["implementation"]["violations"] == []
 
 
 def test_check_exits_1_and_prints_trace_on_a_broken_spec(tmp_path: Path) -> None:
     path = mutated_spec(tmp_path, 'event = "evict", dest = "FREE", guards = ["unpinned"]',
                         'event = "evict", dest = "FREE", guards = []')
-    done = hkv("check", "--spec", str(path), "--prefixes", "1", "--requests", "1", "--json")
+    done = hkv("check", "--spec", str(path), "--prefixes", "1", "--requests", "1", "--impl-depth", "0", "--json")
     assert done.returncode == 1
     violations = json.loads(done.stdout)["violations"]
     assert violations and violations[0]["trace"]
