@@ -1,0 +1,174 @@
+"""Plans: short lists of typed, frozen ops an executor carries out (DESIGN.md section 4).
+
+The manager never touches bytes; it emits plans.  A plan is data: it prints
+(`Plan.describe`), compares (`==`), serializes (`to_json` / `from_json`) and
+replays (the same plan given to the NumPy and the CUDA executor must leave
+the same pool bytes).  Every op names the page versions its lease checked;
+an executor refuses the whole plan if any of them moved (FAILURES.md F2/F3).
+
+Ops (one pool each; a page holds `entries_per_page` entries of every layer):
+
+- `CopyPages` (hkv_core.manager.records): the first `entries` entries of
+  page `src` into page `dst` (copy-on-write, seeding a working tail page).
+- `FillPages`: set every byte of `pages` to `value` (a reserved dummy page).
+- `Checksum`: a digest per page (`page_digest` of its bytes).
+- `StoreRecord`: copy `pages` into tier record `record` (host, later disk).
+- `LoadRecord`: copy tier record `record` into `pages`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from hkv_core.manager.pools import NULL_PAGE
+from hkv_core.manager.records import CopyPages
+
+DIGEST_BYTES = 16  # blake2b-128 per page: collisions are not a concern for checksums of cache pages
+JSON_FORMAT = "hkv.plan/v1"
+
+
+def _pages(value: Sequence[int]) -> tuple[int, ...]:
+    return tuple(int(v) for v in value)
+
+
+def _check_versions(op: Any, attribute: Any, value: tuple[int, ...]) -> None:
+    assert len(value) == len(op.pages), f"{type(op).__name__}: one version per page, got {value} for {op.pages}"
+
+
+@attrs.frozen(kw_only=True)
+class FillPages:
+    """Set every byte of `pages` of `pool` to `value` (0..255): scrub or prepare a dummy page."""
+
+    pool: str
+    pages: tuple[int, ...] = attrs.field(converter=_pages)
+    versions: tuple[int, ...] = attrs.field(converter=_pages, validator=_check_versions)
+    value: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        assert 0 <= self.value <= 255, f"a fill byte is 0..255, got {self.value}"
+
+
+@attrs.frozen(kw_only=True)
+class Checksum:
+    """A digest (`page_digest`) of each page of `pages`, returned in the completion."""
+
+    pool: str
+    pages: tuple[int, ...] = attrs.field(converter=_pages)
+    versions: tuple[int, ...] = attrs.field(converter=_pages, validator=_check_versions)
+
+
+@attrs.frozen(kw_only=True)
+class StoreRecord:
+    """Copy `pages` of `pool` (every entry of every layer) into tier record `record`."""
+
+    pool: str
+    pages: tuple[int, ...] = attrs.field(converter=_pages)
+    versions: tuple[int, ...] = attrs.field(converter=_pages, validator=_check_versions)
+    record: str
+    tier: str = "host"
+
+
+@attrs.frozen(kw_only=True)
+class LoadRecord:
+    """Copy tier record `record` (stored from the same pool) into `pages` of `pool`."""
+
+    pool: str
+    pages: tuple[int, ...] = attrs.field(converter=_pages)
+    versions: tuple[int, ...] = attrs.field(converter=_pages, validator=_check_versions)
+    record: str
+    tier: str = "host"
+
+    def __attrs_post_init__(self) -> None:
+        assert NULL_PAGE not in self.pages, "nothing is ever loaded into the NULL page"
+
+
+Op = CopyPages | FillPages | Checksum | StoreRecord | LoadRecord
+OP_TYPES: dict[str, type[Op]] = {t.__name__: t for t in (CopyPages, FillPages, Checksum, StoreRecord, LoadRecord)}
+
+
+def _ops(value: Sequence[Op]) -> tuple[Op, ...]:
+    ops = tuple(value)
+    assert all(type(op) in _CHECKS for op in ops), f"unknown op types in {ops}"
+    return ops
+
+
+@attrs.frozen(kw_only=True)
+class VersionCheck:
+    """One page an op reads or writes, and the version its lease saw."""
+
+    pool: str
+    page: int
+    version: int
+
+
+def _copy_checks(op: CopyPages) -> tuple[VersionCheck, ...]:
+    return (VersionCheck(pool=op.pool, page=op.src, version=op.src_version),)
+
+
+def _page_checks(op: FillPages | Checksum | StoreRecord | LoadRecord) -> tuple[VersionCheck, ...]:
+    return tuple(VersionCheck(pool=op.pool, page=p, version=v) for p, v in zip(op.pages, op.versions, strict=True))
+
+
+_CHECKS: dict[type, Callable[[Any], tuple[VersionCheck, ...]]] = {
+    CopyPages: _copy_checks, FillPages: _page_checks, Checksum: _page_checks,
+    StoreRecord: _page_checks, LoadRecord: _page_checks,
+}
+
+
+def version_checks(op: Op) -> tuple[VersionCheck, ...]:
+    """The (pool, page, version) triples an executor verifies before running `op`."""
+    return _CHECKS[type(op)](op)
+
+
+def page_digest(page: bytes) -> str:
+    """The checksum of one page's bytes (C order over (layers, entries, *entry_shape)); every executor
+    uses this definition so their checksums compare."""
+    return hashlib.blake2b(page, digest_size=DIGEST_BYTES).hexdigest()
+
+
+@attrs.frozen(kw_only=True)
+class Plan:
+    """Ops to run in order, all or nothing with respect to version checks."""
+
+    ops: tuple[Op, ...] = attrs.field(converter=_ops)
+    request_id: int = -1  # the request whose lease the versions come from (-1: none)
+    label: str = ""
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def describe(self) -> str:
+        """One line per op, for logs and failure messages."""
+        head = f"plan {self.label or '-'} (request {self.request_id}, {len(self.ops)} ops)"
+        return "\n".join([head, *(f"  {i}: {op!r}" for i, op in enumerate(self.ops))])
+
+    def to_json(self) -> str:
+        """A JSON document from which `Plan.from_json` rebuilds an equal plan."""
+        ops = [{"op": type(op).__name__, **attrs.asdict(op)} for op in self.ops]
+        return json.dumps({"format": JSON_FORMAT, "request_id": self.request_id, "label": self.label,
+                           "ops": ops}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Plan:
+        doc = json.loads(text)
+        assert doc.get("format") == JSON_FORMAT, f"not an {JSON_FORMAT} document"
+        ops = []
+        for item in doc["ops"]:
+            fields = {k: v for k, v in item.items() if k != "op"}
+            ops.append(OP_TYPES[item["op"]](**fields))
+        return cls(ops=ops, request_id=int(doc["request_id"]), label=str(doc["label"]))
+
+
+@attrs.frozen(kw_only=True)
+class Completion:
+    """What running a plan produced: a digest per page of each Checksum op, and counts."""
+
+    digests: tuple[tuple[str, ...], ...]  # one tuple per Checksum op, in plan order
+    ops_run: int
+    pages_moved: int  # pages copied, filled, stored or loaded
+    entries_copied: int  # entries moved by CopyPages
