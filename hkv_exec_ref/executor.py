@@ -1,0 +1,161 @@
+"""RefExecutor: the NumPy reference executor, the oracle other executors are compared with.
+
+Every pool is one NumPy array allocated at `bind` and never reallocated
+(static pools: `addresses()` stays what `bind` returned, whatever runs).
+Every op is implemented plainly; the host tier is a dict of page copies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from hkv_core.executor import PoolBinding, VersionsFn, check_versions
+from hkv_core.manager import NULL_PAGE, CopyPages
+from hkv_core.plan import Checksum, Completion, FillPages, LoadRecord, Op, Plan, StoreRecord, page_digest
+
+# bf16 has no NumPy dtype: its bytes are kept as uint16 (the executor only moves bytes).
+NUMPY_DTYPES: dict[str, type[np.generic]] = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16}
+
+
+@attrs.define
+class HostRecord:
+    """A stored copy of some pages of one pool (the in-memory host tier)."""
+
+    pool: str
+    pages: NDArray[Any]  # (n, layers, entries_per_page, *entry_shape)
+
+
+@attrs.define
+class Tally:
+    """Running totals over every plan and every read / write."""
+
+    plans: int = 0
+    ops: int = 0
+    pages_moved: int = 0
+    entries_copied: int = 0
+    entries_read: int = 0
+    entries_written: int = 0
+
+
+class RefExecutor:
+    """Executor protocol over NumPy arrays; see hkv_core.executor for the contract."""
+
+    def __init__(self) -> None:
+        self.pools: dict[str, NDArray[Any]] = {}
+        self.bindings: dict[str, PoolBinding] = {}
+        self.host: dict[str, HostRecord] = {}
+        self.tally = Tally()
+        self._versions: VersionsFn | None = None
+        self._addresses: dict[str, int] = {}
+
+    # -- bind -----------------------------------------------------------------------------
+
+    def bind(self, pools: Sequence[PoolBinding], versions: VersionsFn) -> dict[str, int]:
+        """Allocate every pool (zeroed) once; a second bind is a programming error."""
+        assert not self.pools, "pools are static: bind once"
+        assert len({p.name for p in pools}) == len(pools), "pool names are unique"
+        for binding in pools:
+            self.pools[binding.name] = np.zeros(binding.shape, NUMPY_DTYPES[binding.spec.dtype])
+            self.bindings[binding.name] = binding
+        self._versions = versions
+        self._addresses = self.addresses()
+        return dict(self._addresses)
+
+    def addresses(self) -> dict[str, int]:
+        """Base address of every pool's buffer right now."""
+        return {name: int(array.__array_interface__["data"][0]) for name, array in self.pools.items()}
+
+    # -- run ------------------------------------------------------------------------------
+
+    def run(self, plan: Plan) -> Completion:
+        """Check every op (names, pages, versions) before running any, then run them in order."""
+        assert self._versions is not None, "bind before run"
+        records = {name: (r.pool, r.pages.shape[0]) for name, r in self.host.items()}
+        for op in plan.ops:
+            self._check_op(op, records)
+        check_versions(plan, self._versions)
+        digests, moved, copied = [], 0, 0
+        for op in plan.ops:
+            result = _RUNNERS[type(op)](self, op)
+            if isinstance(op, Checksum):
+                digests.append(result)
+            moved += _pages_moved(op)
+            copied += op.entries if isinstance(op, CopyPages) else 0
+        self.tally.plans += 1
+        self.tally.ops += len(plan.ops)
+        self.tally.pages_moved += moved
+        self.tally.entries_copied += copied
+        assert self._addresses == self.addresses(), "a pool moved: pools are static"
+        return Completion(digests=tuple(digests), ops_run=len(plan.ops), pages_moved=moved, entries_copied=copied)
+
+    def _check_op(self, op: Op, records: dict[str, tuple[str, int]]) -> None:
+        """Assert `op` is well formed; `records` are the host records as they will be when it runs."""
+        assert op.pool in self.pools, f"unknown pool {op.pool!r} in {op!r}"
+        pages = self.pools[op.pool].shape[0]
+        touched = (op.src, op.dst) if isinstance(op, CopyPages) else op.pages
+        assert all(0 <= p < pages for p in touched), f"page out of range in {op!r}"
+        if isinstance(op, CopyPages):
+            assert op.dst != NULL_PAGE and op.src != op.dst, f"bad copy {op!r}"
+            assert 0 <= op.entries <= self.pools[op.pool].shape[2], f"bad entry count in {op!r}"
+        if isinstance(op, StoreRecord):
+            records[op.record] = (op.pool, len(op.pages))
+        if isinstance(op, LoadRecord):
+            found = records.get(op.record)
+            assert found == (op.pool, len(op.pages)), f"no record {op.record!r} of {len(op.pages)} {op.pool} pages"
+
+    def _copy(self, op: CopyPages) -> None:
+        pool = self.pools[op.pool]
+        pool[op.dst, :, : op.entries] = pool[op.src, :, : op.entries]
+
+    def _fill(self, op: FillPages) -> None:
+        pool = self.pools[op.pool]
+        for page in op.pages:
+            pool[page].view(np.uint8)[...] = op.value
+
+    def _checksum(self, op: Checksum) -> tuple[str, ...]:
+        pool = self.pools[op.pool]
+        return tuple(page_digest(np.ascontiguousarray(pool[page]).tobytes()) for page in op.pages)
+
+    def _store(self, op: StoreRecord) -> None:
+        self.host[op.record] = HostRecord(pool=op.pool, pages=self.pools[op.pool][list(op.pages)].copy())
+
+    def _load(self, op: LoadRecord) -> None:
+        self.pools[op.pool][list(op.pages)] = self.host[op.record].pages
+
+    # -- read / write ---------------------------------------------------------------------
+
+    def read(self, pool: str, pages: ArrayLike) -> NDArray[Any]:
+        """Copies of whole pages: (n, layers, entries_per_page, *entry_shape)."""
+        ids = np.asarray(pages, np.int64).ravel()
+        array = self.pools[pool]
+        assert np.all((ids >= 0) & (ids < array.shape[0])), f"{pool}: page out of range in {ids}"
+        self.tally.entries_read += ids.size * array.shape[2]
+        return array[ids].copy()
+
+    def write(self, pool: str, slots: ArrayLike, values: ArrayLike) -> None:
+        """Entry `values[i]` (every layer) into flat slot `slots[i]`; never the NULL page."""
+        array = self.pools[pool]
+        per_page = array.shape[2]
+        flat = np.asarray(slots, np.int64).ravel()
+        data = np.asarray(values, array.dtype)
+        assert data.shape == (flat.size, *array.shape[1:2], *array.shape[3:]), (pool, data.shape, array.shape)
+        pages, offsets = flat // per_page, flat % per_page
+        assert np.all((pages > NULL_PAGE) & (pages < array.shape[0])), f"{pool}: bad slots {flat}"
+        assert np.unique(flat).size == flat.size, f"{pool}: a slot written twice in one call"
+        array[pages, :, offsets] = data
+        self.tally.entries_written += flat.size
+
+
+def _pages_moved(op: Op) -> int:
+    return 0 if isinstance(op, Checksum) else (1 if isinstance(op, CopyPages) else len(op.pages))
+
+
+_RUNNERS: dict[type, Callable[[RefExecutor, Any], Any]] = {
+    CopyPages: RefExecutor._copy, FillPages: RefExecutor._fill, Checksum: RefExecutor._checksum,
+    StoreRecord: RefExecutor._store, LoadRecord: RefExecutor._load,
+}
