@@ -1,1 +1,25 @@
-"""hkv package."""
+"""NumPy reference executor, exact tiny V4 model and reference engine loop (DESIGN.md section 5).
+
+Attributes are loaded on first use, so `import hkv_exec_ref.tiny_v4` stays light.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hkv_exec_ref.engine import Engine, ServeResult
+    from hkv_exec_ref.executor import RefExecutor
+
+__all__ = ["Engine", "RefExecutor", "ServeResult"]
+
+_HOMES = {"Engine": "hkv_exec_ref.engine", "ServeResult": "hkv_exec_ref.engine",
+          "RefExecutor": "hkv_exec_ref.executor"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'hkv_exec_ref' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(_HOMES[name]), name)

@@ -1,0 +1,206 @@
+"""Engine: a small serving loop over TinyV4, a CacheManager and an executor.
+
+`generate` serves one request through the cache: match / acquire a prefix hit,
+chunked prefill, greedy decode (append_tokens, allocate(1), commit(1)), release.
+Every forward pass reads its state from the pools (state_io) and writes its
+results back; nothing is carried in Python between steps.  Each allocated
+chunk runs in sub-chunks of at most W - 1 tokens (so every new window row is
+still in the state the model returns) split at the retained boundaries whose
+tail snapshots it must write; chunking never changes the logits.
+
+`recompute` runs the same model with no cache at all; the oracle is
+`np.array_equal` between the two.
+
+Fault switches (`faults=Fault.DROP_TAIL`, ...): every state the engine loads
+from the pools at P > 0 - at a hit's resume point and at each later sub-chunk
+or decode step, all of which resume from the pools - is broken by
+`tiny_v4.apply_faults` before the model reads it.  Only for negative tests.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import attrs
+import numpy as np
+from numpy.typing import ArrayLike
+
+from hkv_core.executor import bindings_for, versions_for
+from hkv_core.layout import Layout, load_preset_config
+from hkv_core.manager import Allocation, CacheManager, Hit, ManagerConfig
+from hkv_core.plan import Plan
+from hkv_exec_ref.engine import state_io
+from hkv_exec_ref.engine.results import ServeResult, cached_by_kind
+from hkv_exec_ref.executor import RefExecutor
+from hkv_exec_ref.tiny_v4 import Config, Fault, TinyV4, state_problems
+from hkv_exec_ref.tiny_v4.numerics import F32, I64
+
+TINY_PRESET = "tiny_v4"
+TINY_DEFAULTS: dict[str, Any] = {"default_pool_pages": 512, "retain_every_blocks": 2}
+TIERS = ("device",)
+
+
+@attrs.define
+class EngineStats:
+    """Totals over every request the engine served."""
+
+    requests: int = 0
+    prompt_tokens: int = 0
+    computed_tokens: int = 0  # prompt tokens computed (not served from the cache) + decode steps
+    generated_tokens: int = 0
+    cached_tokens: int = 0
+    cached_by_kind: Counter[str] = attrs.field(factory=Counter)
+    reasons: Counter[tuple[str, str]] = attrs.field(factory=Counter)  # (layer, code)
+    forward_passes: int = 0
+    evicted_units: int = 0
+
+
+class Engine:
+    """Serves requests on `model` through `manager` and `executor` (bound here)."""
+
+    def __init__(self, model: TinyV4, manager: CacheManager, executor: RefExecutor, *,
+                 faults: Fault = Fault.NONE, check_states: bool = False) -> None:
+        self.model, self.manager, self.executor = model, manager, executor
+        self.config: Config = model.config
+        self.layout: Layout = manager.layout
+        self.routes = state_io.routes(self.layout, self.config)
+        self.addresses = executor.bind(bindings_for(manager), versions_for(manager))
+        self.faults, self.check_states = faults, check_states
+        self.max_step_tokens = self.config.window_tokens - 1
+        self.stats = EngineStats()
+        assert self.max_step_tokens >= 1, "a window of at least 2 rows"
+
+    @classmethod
+    def tiny(cls, seed: int = 0, *, faults: Fault = Fault.NONE, check_states: bool = False,
+             **limits: Any) -> Engine:
+        """The tiny_v4 layout, a RefExecutor, a CacheManager(ManagerConfig(**limits)) and TinyV4(seed)."""
+        layout = Layout.from_preset(TINY_PRESET)
+        model = TinyV4(Config.from_hf_config(load_preset_config(TINY_PRESET), seed=seed))
+        config = ManagerConfig(**{"seed": seed, **TINY_DEFAULTS, **limits})
+        return cls(model, CacheManager(layout, config), RefExecutor(), faults=faults, check_states=check_states)
+
+    # -- serving ----------------------------------------------------------------------------
+
+    def generate(self, prompt_tokens: ArrayLike, max_new_tokens: int, *, chunk_tokens: int | None = None,
+                 cache_salt: str | None = None) -> ServeResult:
+        """Serve one request through the cache; the request is released even on errors."""
+        prompt = _prompt(prompt_tokens, self.config.vocab)
+        assert max_new_tokens >= 0 and (chunk_tokens is None or chunk_tokens >= 1), (max_new_tokens, chunk_tokens)
+        rid = self.manager.add_request(prompt, cache_salt=cache_salt)
+        try:
+            hit = self.manager.match(rid)
+            self.manager.acquire(rid, hit)
+            prompt_logits = self._prefill(rid, prompt, hit.tokens, chunk_tokens or len(prompt))
+            tokens, logits = self._decode(rid, prompt_logits[-1], max_new_tokens)
+        finally:
+            self.manager.release(rid)
+        self._count(len(prompt), hit, max_new_tokens)
+        return ServeResult(tokens=tokens, logits=logits, prompt_logits=prompt_logits, cached_tokens=hit.tokens,
+                           cached_by_kind=cached_by_kind(self.layout, hit.tokens), reasons=hit.codes,
+                           reason_details=hit.reasons)
+
+    def recompute(self, prompt_tokens: ArrayLike, max_new_tokens: int) -> ServeResult:
+        """The same model with no cache: greedy tokens, then every logit from one full forward pass."""
+        prompt = _prompt(prompt_tokens, self.config.vocab)
+        assert max_new_tokens >= 0, max_new_tokens
+        logits, state = self.model.forward(prompt, self.model.empty_state())
+        tokens: list[int] = []
+        for i in range(max_new_tokens):
+            tokens.append(int(np.argmax(logits[-1])))
+            if i + 1 < max_new_tokens:
+                logits, state = self.model.forward(tokens[-1:], state)
+        ids = np.array(tokens, np.int64)
+        full = self.model.recompute(np.concatenate([prompt, ids[:-1]]) if max_new_tokens else prompt)
+        rows = full[len(prompt) - 1:][:max_new_tokens]
+        assert np.array_equal(np.argmax(rows, axis=1), ids), "greedy tokens disagree with full recomputation"
+        return ServeResult(tokens=ids, logits=rows, prompt_logits=full[:len(prompt)], cached_tokens=0,
+                           cached_by_kind=cached_by_kind(self.layout, 0), reasons=())
+
+    def matches_recompute(self, prompt_tokens: ArrayLike, served: ServeResult) -> bool:
+        """One full forward pass over prompt + served tokens: every served logit equal, and every served
+        token the greedy choice (so a recomputing greedy run would produce exactly this result)."""
+        prompt = _prompt(prompt_tokens, self.config.vocab)
+        n = len(served.tokens)
+        full = self.model.recompute(np.concatenate([prompt, served.tokens[:-1]]) if n else prompt)
+        rows = full[len(prompt) - 1:][:n]
+        return bool(np.array_equal(rows, served.logits) and np.array_equal(np.argmax(rows, axis=1), served.tokens)
+                    and np.array_equal(full[served.cached_tokens:len(prompt)], served.prompt_logits))
+
+    def evict(self, tier: str = "device") -> int:
+        """Force eviction of every unpinned unit of `tier` (manager.evict); returns units evicted."""
+        if tier not in TIERS:
+            raise ValueError(f"tier {tier!r}: this engine has only {', '.join(TIERS)}")
+        evicted = self.manager.evict()
+        self.stats.evicted_units += evicted
+        return evicted
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _prefill(self, rid: int, prompt: I64, hit_tokens: int, chunk_tokens: int) -> F32:
+        outs = []
+        for start in range(hit_tokens, len(prompt), chunk_tokens):
+            outs.append(self._chunk(rid, prompt[start:start + chunk_tokens]))
+        return np.concatenate(outs)
+
+    def _decode(self, rid: int, last: F32, max_new_tokens: int) -> tuple[I64, F32]:
+        tokens, rows = [], []
+        for i in range(max_new_tokens):
+            tokens.append(int(np.argmax(last)))
+            rows.append(last)
+            if i + 1 < max_new_tokens:
+                self.manager.append_tokens(rid, tokens[-1:])
+                last = self._chunk(rid, np.array(tokens[-1:], np.int64))[-1]
+        logits = np.stack(rows) if rows else np.zeros((0, self.config.vocab), np.float32)
+        return np.array(tokens, np.int64), logits
+
+    def _chunk(self, rid: int, tokens: I64) -> F32:
+        """allocate -> copies -> forward in sub-chunks (state from the pools each time) -> commit."""
+        n = len(tokens)
+        alloc = self.manager.allocate(rid, n)
+        self.executor.run(Plan(ops=alloc.copies, request_id=rid, label=f"allocate {alloc.start_tokens}+{n}"))
+        if alloc.start_tokens == 0:
+            state_io.write_initial_tails(self.executor, self.routes, alloc, self.model.empty_state())
+        outs = []
+        for lo, hi in self._steps(alloc):
+            outs.append(self._step(alloc, tokens[lo - alloc.start_tokens:hi - alloc.start_tokens], lo))
+        self.manager.commit(rid, n)
+        return np.concatenate(outs)
+
+    def _steps(self, alloc: Allocation) -> list[tuple[int, int]]:
+        """Sub-chunks of at most W - 1 tokens, cut at every snapshot boundary."""
+        start, end = alloc.start_tokens, alloc.start_tokens + alloc.num_tokens
+        cuts = sorted({start, end, *(b for b in alloc.snapshots if start < b < end)})
+        steps = []
+        for lo, hi in zip(cuts, cuts[1:], strict=False):
+            steps += [(a, min(a + self.max_step_tokens, hi)) for a in range(lo, hi, self.max_step_tokens)]
+        assert steps[0][0] == start and steps[-1][1] == end
+        return steps
+
+    def _step(self, alloc: Allocation, tokens: I64, p: int) -> F32:
+        state = state_io.read_state(self.executor, self.routes, alloc, p, self.config)
+        if self.check_states:
+            problems = state_problems(state, self.config)
+            assert not problems, f"state read from the pools at P={p}: {problems}"
+        faults = self.faults if p > 0 else Fault.NONE
+        logits, new = self.model.forward(tokens, state, faults=faults)
+        state_io.write_state(self.executor, self.routes, alloc, p, new, self.config)
+        self.stats.forward_passes += 1
+        return logits
+
+    def _count(self, prompt_tokens: int, hit: Hit, max_new_tokens: int) -> None:
+        s = self.stats
+        s.requests += 1
+        s.prompt_tokens += prompt_tokens
+        s.cached_tokens += hit.tokens
+        s.computed_tokens += prompt_tokens - hit.tokens + max(0, max_new_tokens - 1)
+        s.generated_tokens += max_new_tokens
+        s.cached_by_kind.update(cached_by_kind(self.layout, hit.tokens))
+        s.reasons.update((r.layer, r.code) for r in hit.reasons)
+
+
+def _prompt(tokens: ArrayLike, vocab: int) -> I64:
+    prompt = np.asarray(tokens, np.int64).ravel()
+    assert prompt.size >= 1, "a prompt has at least one token"
+    assert int(prompt.min()) >= 0 and int(prompt.max()) < vocab, "token id out of range"
+    return prompt
