@@ -152,7 +152,8 @@ class RefExecutor:
 
 
 def _pages_moved(op: Op) -> int:
-    return 0 if isinstance(op, Checksum) else (1 if isinstance(op, CopyPages) else len(op.pages))
+    """Pages whose bytes an op moves (a copy of 0 entries moves none; a checksum only reads)."""
+    return 0 if isinstance(op, Checksum) else (int(op.entries > 0) if isinstance(op, CopyPages) else len(op.pages))
 
 
 _RUNNERS: dict[type, Callable[[RefExecutor, Any], Any]] = {
