@@ -7,6 +7,7 @@ import sys
 import click
 
 from hkv_cli.check_cmd import check_command
+from hkv_cli.demo_cmd import demo_command
 from hkv_cli.inspect_cmd import inspect_command
 from hkv_cli.output import console, print_json
 from hkv_cli.spec_cmd import spec_group
@@ -19,6 +20,7 @@ def cli() -> None:
     """hkv: KV-cache state manager for hybrid-attention LLMs."""
 
 
+cli.add_command(demo_command)
 cli.add_command(check_command)
 cli.add_command(inspect_command)
 cli.add_command(spec_group)

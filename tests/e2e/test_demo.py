@@ -1,0 +1,68 @@
+"""`hkv demo` as a user runs it: every response equals recomputation, every object kind is
+served from the cache, and a fault switch makes it fail; the workload is a valid Mooncake trace."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from hkv_exec_ref.demo import WorkloadConfig, generate_trace, prompt_tokens
+from hkv_exec_ref.demo.workload import read_trace, write_trace
+
+
+def demo(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "hkv_cli.main", "demo", "--out", str(tmp_path), *args],
+                          capture_output=True, text=True)
+
+
+def test_demo_json_every_response_matches(tmp_path: Path) -> None:
+    done = demo(tmp_path, "--requests", "8", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["requests"] == report["exact_matches"] == 8 and report["mismatches"] == [] and report["ok"]
+    assert set(report["cached_by_kind"]) == {"compressed_kv", "compressor_tail", "swa_window", "indexer_state"}
+    assert all(n > 0 for n in report["cached_by_kind"].values()), report["cached_by_kind"]
+    assert report["cached_tokens"] > 0 and report["pages_moved"] > 0
+    assert "LCM_BOUNDARY" in report["validation"]["whole_block"]
+    assert len(report["rows"]) == 8 and Path(report["trace"]).exists()
+    assert report["chart"] is None or Path(report["chart"]).stat().st_size > 0
+
+
+def test_demo_exits_1_when_a_fault_switch_is_on(tmp_path: Path) -> None:
+    done = demo(tmp_path, "--requests", "8", "--json", "--fault", "drop_window_row")
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    assert report["fault"] == "DROP_WINDOW_ROW" and report["mismatches"] and not report["ok"]
+
+
+def test_demo_table_output(tmp_path: Path) -> None:
+    done = demo(tmp_path, "--requests", "3")
+    assert done.returncode == 0, done.stderr
+    assert "exact match with recomputation" in done.stdout and "3/3" in done.stdout
+
+
+def test_workload_is_a_prefix_chained_mooncake_trace(tmp_path: Path) -> None:
+    cfg = WorkloadConfig(requests=40, seed=3)
+    trace = generate_trace(cfg)
+    assert len(trace) == 40 and trace == generate_trace(cfg)
+    assert [r.timestamp for r in trace] == sorted(r.timestamp for r in trace)
+    assert {r.kind for r in trace} == {"chat", "agent"}
+    first_at: dict[int, tuple[int, ...]] = {}
+    for r in trace:
+        assert (len(r.hash_ids) - 1) * cfg.block_tokens < r.input_length <= len(r.hash_ids) * cfg.block_tokens
+        for i, h in enumerate(r.hash_ids):
+            assert first_at.setdefault(h, r.hash_ids[:i]) == r.hash_ids[:i], "hash ids are prefix-chained"
+    sessions_by_first_block: dict[int, set[int]] = {}
+    for r in trace:
+        sessions_by_first_block.setdefault(r.hash_ids[0], set()).add(r.session)
+    assert max(len(s) for s in sessions_by_first_block.values()) > 1, "sessions share system prompts"
+    write_trace(trace, tmp_path / "t.jsonl")
+    assert list(read_trace(tmp_path / "t.jsonl")) == trace
+    line = json.loads((tmp_path / "t.jsonl").read_text().splitlines()[0])
+    assert {"timestamp", "input_length", "output_length", "hash_ids"} <= set(line)
+    a, b = prompt_tokens(trace[0], cfg), prompt_tokens(trace[0], cfg)
+    assert len(a) == trace[0].input_length and np.array_equal(a, b)
