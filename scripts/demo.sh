@@ -3,4 +3,4 @@
 set -eu
 cd "$(dirname "$0")/.."
 sh scripts/setup.sh
-exec .venv/bin/hkv check "$@"
+exec .venv/bin/hkv demo "$@"
