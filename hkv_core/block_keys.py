@@ -395,3 +395,8 @@ class BlockHasher:
                 key = hashlib.sha256(prefix + message).digest()[:KEY_BYTES]
             keys.append(key)
         return np.frombuffer(b"".join(keys), dtype=KEY_DTYPE).reshape(n_blocks, 2).copy()
+
+
+def checked_tokens(tokens: object) -> np.ndarray:
+    """Public form of the token-array check: the array itself, or InvalidTokens with fields."""
+    return _checked_tokens(tokens)

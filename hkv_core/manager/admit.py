@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from hkv_core.block_keys import ExtraKeys
+from hkv_core.block_keys import ExtraKeys, checked_tokens
 from hkv_core.manager.core import Core, RequestState
 from hkv_core.manager.errors import AdmissionRejected
 
@@ -28,7 +28,7 @@ def add_request(core: Core, tokens: ArrayLike, extra: ExtraKeys) -> int:
 
 def append_tokens(core: Core, req: RequestState, tokens: ArrayLike) -> None:
     """Extend a request (decode); new complete blocks get keys chained to the last one."""
-    more = np.asarray(tokens).ravel()
+    more = checked_tokens(np.asarray(tokens))  # InvalidTokens before anything changes
     joined = np.concatenate([req.tokens, more.astype(np.int64)])
     done = len(req.keys) * core.block_tokens
     parent = req.keys[-1].astype("<u8").tobytes() if len(req.keys) else None

@@ -103,11 +103,11 @@ def _place(core: Core, req: RequestState, pool: int, pages: list[int], cow: int 
 
 
 def _tail_copy(core: Core, req: RequestState, pool: int, working: int) -> list[CopyPages]:
-    """Seed the working tail page from the hit's snapshot (nothing to copy at P = 0)."""
-    if not req.hit_tokens:
+    """Seed the working tail page from the hit's snapshot (nothing to copy when it has no rows)."""
+    rows = tail_rows(req.hit_tokens, core.infos[pool].spec.compress_ratio) if req.hit_tokens else 0
+    if not rows:
         return []
     src = int(req.hit_pages[pool][0])
-    rows = tail_rows(req.hit_tokens, core.infos[pool].spec.compress_ratio)
     return [CopyPages(pool=core.infos[pool].name, src=src, dst=working, entries=rows,
                       src_version=req.pinned_versions[pool][src])]
 

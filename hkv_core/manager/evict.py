@@ -13,7 +13,9 @@ pool the allocation needs, so a failed allocation evicts nothing (F8).
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
+from collections.abc import Callable
 
 import attrs
 import numpy as np
@@ -100,22 +102,32 @@ def _count(core: Core, v: Virtual, refs: list[tuple[Ref, str]]) -> None:
             v.freed[pool] += 1
 
 
+def _walk(core: Core, v: Virtual, enough: Callable[[Virtual], bool]) -> None:
+    """Plan units in exact LRU order until `enough(v)`; parents join as their children go."""
+    a = core.arena
+    heap = [(int(a.last_access[b]), -int(a.position[b]), b) for b in candidates(core).tolist()]
+    heapq.heapify(heap)
+    while heap and not enough(v):
+        _, _, block = heapq.heappop(heap)
+        refs = _unit(core, v, block)
+        if refs is None:
+            continue
+        _count(core, v, refs)
+        parent = int(a.parent[block])
+        if block in v.gone and parent >= 0 and int(a.children[parent]) == v.children[parent]:
+            heapq.heappush(heap, (int(a.last_access[parent]), -int(a.position[parent]), parent))
+
+
 def plan(core: Core, needs: dict[int, int]) -> Virtual | None:
     """LRU units whose eviction frees `needs[pool]` pages in every pool, or None if impossible."""
     v = Virtual()
     short = {p: n - len(core.pools[p].free) for p, n in needs.items() if n > len(core.pools[p].free)}
-    while any(v.freed[p] < n for p, n in short.items()):
-        progress = False
-        for block in candidates(core).tolist():
-            refs = _unit(core, v, block)
-            if refs is not None:
-                _count(core, v, refs)
-                progress = True
-                if all(v.freed[p] >= n for p, n in short.items()):
-                    break
-        if not progress:
-            return None
-    return v
+
+    def enough(v: Virtual) -> bool:
+        return all(v.freed[p] >= n for p, n in short.items())
+
+    _walk(core, v, enough)
+    return v if enough(v) else None
 
 
 def apply(core: Core, v: Virtual) -> None:
@@ -164,15 +176,8 @@ def evict_for(core: Core, needs: dict[int, int]) -> bool:
 
 
 def evict_all(core: Core, max_units: int | None = None) -> int:
-    """Evict every unpinned unit in LRU order (or the first `max_units`)."""
-    evicted = 0
-    while max_units is None or evicted < max_units:
-        v = Virtual()
-        for block in candidates(core).tolist():
-            if (max_units is None or len(v.units) + evicted < max_units) and _unit(core, v, block) is not None:
-                continue
-        if not v.units:
-            break
-        apply(core, v)
-        evicted += len(v.units)
-    return evicted
+    """Evict unpinned units in exact LRU order (all of them, or the first `max_units`)."""
+    v = Virtual()
+    _walk(core, v, lambda v: max_units is not None and len(v.units) >= max_units)
+    apply(core, v)
+    return len(v.units)

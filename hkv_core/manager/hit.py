@@ -56,15 +56,21 @@ def conditions(core: Core, ids: NDArray[np.int32]) -> list[tuple[str, str, str, 
     return out
 
 
+def pages_needed(core: Core, pool: int, blocks: NDArray[np.int64]) -> NDArray[np.int64]:
+    """Pages of a prefix pool that a resume point after `blocks` blocks reads: entries j < P // r only."""
+    spec = core.infos[pool].spec
+    entries = blocks * core.block_tokens // max(1, spec.compress_ratio)
+    return np.asarray(-(-entries // spec.entries_per_page))
+
+
 def _prefix_usable(core: Core, pool: int, ids: NDArray[np.int32]) -> Bools:
     per_page = core.infos[pool].spec.tokens_per_page // core.block_tokens
     ok = core.arena.prefix_pages[ids, core.column[pool]] != NULL_PAGE
-    ends_ok = ok[per_page - 1::per_page]
-    before = np.concatenate([[True], np.logical_and.accumulate(ends_ok)])
-    usable = np.zeros(len(ids) + 1, np.bool_)
-    b = np.arange(1, len(ids) + 1)
-    usable[1:] = before[(b - 1) // per_page] & ok
-    return usable
+    before = np.concatenate([[True], np.logical_and.accumulate(ok[per_page - 1::per_page])])
+    b = np.arange(len(ids) + 1)
+    need, full = pages_needed(core, pool, b), b // per_page
+    last_ok = np.concatenate([[True], ok])[b]  # the page recorded at block b - 1
+    return np.asarray(before[np.minimum(need, full)] & np.where(need > full, last_ok, True))
 
 
 def _window_usable(core: Core, pool: int, ids: NDArray[np.int32]) -> Bools:
@@ -126,7 +132,7 @@ def match(core: Core, req: RequestState) -> Hit:
     if rejected:
         blocks, reasons = 0, reasons + rejected
     tokens = blocks * core.block_tokens
-    partial = any(tokens % core.infos[p].spec.tokens_per_page for p in core.by_role[PoolRole.PREFIX])
+    partial = any(_partial_page(core, p, tokens) for p in core.by_role[PoolRole.PREFIX])
     if tokens:
         code = "PARTIAL_PAGE_COPY" if partial else "LCM_BOUNDARY"
         reasons.append(Reason(layer="whole_block", code=code, detail=f"resume at {tokens} tokens"))
@@ -135,6 +141,12 @@ def match(core: Core, req: RequestState) -> Hit:
                reasons=tuple(reasons), block_ids=ids[:blocks].copy(), pages=pages,
                versions={name: core.pools[core.pool_index[name]].version[p].copy() for name, p in pages.items()},
                partial_copy=bool(tokens and partial))
+
+
+def _partial_page(core: Core, pool: int, tokens: int) -> bool:
+    """True when the resume point reads only the first entries of its last page (copy-on-write)."""
+    spec = core.infos[pool].spec
+    return bool((tokens // max(1, spec.compress_ratio)) % spec.entries_per_page)
 
 
 def hit_pages(core: Core, ids: NDArray[np.int32]) -> dict[str, NDArray[np.int32]]:
@@ -147,7 +159,8 @@ def hit_pages(core: Core, ids: NDArray[np.int32]) -> dict[str, NDArray[np.int32]
         info, col = core.infos[pool], core.column[pool]
         if info.role is PoolRole.PREFIX:
             per_page = info.spec.tokens_per_page // core.block_tokens
-            ends = np.minimum(np.arange(per_page - 1, b + per_page - 1, per_page), b - 1)
+            need = int(pages_needed(core, pool, np.array([b]))[0])
+            ends = np.minimum((np.arange(need) + 1) * per_page, b) - 1
             chosen = core.arena.prefix_pages[ids[ends], col]
         elif info.role is PoolRole.WINDOW:
             chosen = core.arena.window_pages[ids[core.window_first_block(pool, b * core.block_tokens):], col]

@@ -10,7 +10,8 @@ plain Python loops over the manager's live structures:
 - every block of ``[0, P)`` is in the key table (one lookup per block) and the
   blocks form the chain (alive, parent = previous block, position = index);
 - every prefix pool has a non-NULL page for each of its page spans over
-  ``[0, P)`` (the page recorded at the last block of the span inside ``[0, P)``);
+  ``[0, P)`` that holds an entry j < P // r (the page recorded at the last
+  block of the span inside ``[0, P)``);
 - every window pool has a non-NULL window page for each block overlapping
   ``[P - W + 1, P)`` (``W``: the window of the pool's layer group);
 - when the layout has tail pools, the block ending at ``P`` carries a resume
@@ -107,9 +108,10 @@ def _usable(core: Core, chain: list[int], prefix: int) -> bool:
     for info in core.infos:
         if info.role is PoolRole.PREFIX:
             col, prefix_col = prefix_col, prefix_col + 1
-            page_tokens = info.spec.tokens_per_page
+            page_tokens, ratio = info.spec.tokens_per_page, max(1, info.spec.compress_ratio)
+            needed_entries = prefix // ratio  # entries j < P // r; a span with none of them is not read
             span_start = 0
-            while span_start < prefix:
+            while span_start // ratio < needed_entries:
                 span_end = min(span_start + page_tokens, prefix)
                 last_block = chain[span_end // block - 1]
                 if int(arena.prefix_pages[last_block][col]) == NULL_PAGE:

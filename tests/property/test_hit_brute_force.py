@@ -108,21 +108,24 @@ def _fingerprint(m: CacheManager) -> tuple[object, ...]:
 
 def _expected_copies(m: CacheManager, hit: Hit, alloc: Allocation) -> set[CopyPages]:
     """The copies the first allocation after a hit at P must carry, derived from the hit alone:
-    a prefix page that P splits is copied (its first (P mod page tokens) / ratio entries) into the
-    request's new page for it; each tail pool's working page is seeded from the snapshot at P."""
+    a prefix page that P splits after at least one entry is copied (its first (P mod page tokens) /
+    ratio entries) into the request's new page for it; each tail pool's working page with rows at P
+    is seeded from the snapshot at P."""
     resume, out = hit.tokens, set[CopyPages]()
     if not resume:
         return out
     for info in m.core.infos:
         ratio = info.spec.compress_ratio
-        if info.role is PoolRole.PREFIX and resume % info.spec.tokens_per_page:
+        entries = resume % info.spec.tokens_per_page // max(1, ratio)
+        if info.role is PoolRole.PREFIX and entries:  # a page P splits with entries before P
             src = int(hit.pages[info.name][-1])
             dst = int(alloc.block_tables[info.name][resume // info.spec.tokens_per_page])
-            entries = resume % info.spec.tokens_per_page // ratio
             out.add(CopyPages(pool=info.name, src=src, dst=dst, entries=entries, src_version=int(
                 hit.versions[info.name][-1])))
         elif info.role is PoolRole.TAIL:
             rows = 4 + resume % 4 if ratio == 4 else resume % ratio
+            if not rows:  # nothing to seed
+                continue
             src = int(hit.pages[info.name][0])
             out.add(CopyPages(pool=info.name, src=src, dst=alloc.tail_pages[info.name], entries=rows,
                               src_version=int(hit.versions[info.name][0])))

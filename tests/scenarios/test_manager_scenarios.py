@@ -269,9 +269,9 @@ def test_c_lcm_rounding_without_partial_page_copy() -> None:
     assert hit.pages["hca.compressed_kv"].tolist() == [1, 2]  # whole pages, shared without copies
     alloc = out.allocs["B"]
     assert alloc.block_tables["hca.compressed_kv"].tolist() == [1, 2, 4]
-    assert [c.pool for c in alloc.copies] == ["csa.compressor_tail", "csa.indexer_state.tail",
-                                              "hca.compressor_tail"]  # only the tails are seeded
-    assert [c.entries for c in alloc.copies] == [4, 4, 0]  # 4 overlap rows; 1024 % 128 == 0 rows
+    # only the tails with rows at P are seeded (the HCA tail is empty at a multiple of 128)
+    assert [c.pool for c in alloc.copies] == ["csa.compressor_tail", "csa.indexer_state.tail"]
+    assert [c.entries for c in alloc.copies] == [4, 4]  # 4 overlap rows each
     assert out.notes["invariants"] == []
 
 
@@ -289,8 +289,7 @@ def test_d_partial_page_copy_copies_the_shared_hca_page() -> None:
         CopyPages(pool="csa.compressor_tail", src=21, dst=1, entries=4, src_version=0),
         CopyPages(pool="csa.indexer_state.tail", src=21, dst=1, entries=4, src_version=0),
         CopyPages(pool="hca.compressed_kv", src=3, dst=4, entries=2, src_version=0),  # (1280 - 1024) / 128
-        CopyPages(pool="hca.compressor_tail", src=21, dst=1, entries=0, src_version=0),
-    )
+    )  # no hca.compressor_tail copy: 1280 % 128 == 0 rows to seed
     assert alloc.block_tables["hca.compressed_kv"].tolist() == [1, 2, 4]  # page 3 replaced by its copy
     # 1280 is aligned to the 16-token csa pages: the 80 shared pages are read in place, 2 new ones follow
     assert alloc.block_tables["csa.compressed_kv"].tolist() == [*range(1, 81), 101, 102]
@@ -385,9 +384,6 @@ def test_f_failed_allocation_changes_nothing_with_a_hit_and_evictable_pages() ->
     assert m.allocate(out.rids["B"], 8).block_tables["hca.compressed_kv"].tolist() == [1, 2, 5]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: allocate's eviction plan only considers the current leaves "
-                                      "(evict.plan uses candidates() of the real arena), so a cold chain "
-                                      "deeper than one block is never evicted and OutOfPages is raised")
 def test_f_allocation_evicts_a_cold_chain_when_that_is_enough() -> None:
     m = CacheManager(llama(), ManagerConfig(default_pool_pages=8, seed=1))
     a = np.arange(64, dtype=np.int64)
@@ -423,8 +419,9 @@ def test_g_lease_invalidated_by_eviction() -> None:
     m, rid = out.m, out.rids["B"]
     assert out.hits["B"].tokens == 40 and out.hits["B"].codes == ("PARTIAL_BLOCK", "LCM_BOUNDARY")
     assert out.hits["B"].pages["swa.swa_window"].tolist() == [5]  # block 4's window page, held by point 40
-    # 6 units: block 4 with the point at 40, block 3 with the point at 32, the point at 16, blocks 2, 1, 0
-    assert out.notes["evicted"] == 6
+    # 5 units in LRU order, deepest first: block 4 with the point at 40, block 3 with the point at 32,
+    # block 2, block 1 with the point at 16, block 0 (a leaf's point goes with it as one unit)
+    assert out.notes["evicted"] == 5
     err = out.notes["error"]
     assert (err.pool, err.page, err.expected_version, err.found_version, err.request_id) == (
         "swa.swa_window", 5, 0, 1, rid)
@@ -488,7 +485,7 @@ def scenario_flash_missing(computed: int, shared: int) -> Outcome:
 
 
 def scenario_compressed_missing() -> Outcome:
-    return scenario_flash_missing(computed=576, shared=576)
+    return scenario_flash_missing(computed=700, shared=688)
 
 
 def scenario_indexer_missing() -> Outcome:
@@ -525,16 +522,20 @@ def test_h_partial_block() -> None:
 
 
 def test_h_compressed_missing_mid_hca_page() -> None:
-    """A ended at 576, inside the HCA page [512, 1024): blocks 32..35 are indexed but that page is NULL."""
+    """A ended at 700, inside the HCA page [512, 1024) (entry 4 done at 639, the page never completed)
+    and the indexer page [640, 704).  A resume at 688 needs HCA entries 0..4, so page 1: NULL.  Only
+    entries j < P // 128 are read, so P <= 624 needs page 0 alone; the nearest point is 576."""
     out = scenario_compressed_missing()
     hit, m = out.hits["probe"], out.m
-    assert (hit.tokens, hit.candidate_tokens) == (512, 576)
-    assert hit.codes == ("COMPRESSED_MISSING", "LCM_BOUNDARY")
-    assert hit.reasons[0].detail == "hca.compressed_kv: usable to block 32 < 36"
-    ids = m.core.keys.lookup(m.core.hasher.hash_blocks(out.notes["a"][:576]))
+    assert (hit.tokens, hit.candidate_tokens) == (576, 688)
+    assert hit.codes == ("INDEXER_MISSING", "COMPRESSED_MISSING", "TAIL_MISSING", "LCM_BOUNDARY")
+    details = dict((r.code, r.detail) for r in hit.reasons)
+    assert details["COMPRESSED_MISSING"] == "hca.compressed_kv: usable to block 39 < 43"
+    assert details["INDEXER_MISSING"].startswith("csa.indexer_state.keys: usable to block 40 < 43")
+    ids = m.core.keys.lookup(m.core.hasher.hash_blocks(out.notes["a"][:688]))
     assert np.all(ids >= 0)
     col = m.core.column[m.core.pool_index["hca.compressed_kv"]]
-    assert m.core.arena.prefix_pages[ids[32:], col].tolist() == [NULL_PAGE] * 4
+    assert m.core.arena.prefix_pages[ids[32:], col].tolist() == [NULL_PAGE] * 11
     assert np.all(m.core.arena.prefix_pages[ids[:32], col] == 1)
 
 
@@ -543,7 +544,8 @@ def test_h_indexer_missing_mid_indexer_page() -> None:
     out = scenario_indexer_missing()
     hit, m = out.hits["probe"], out.m
     assert (hit.tokens, hit.candidate_tokens) == (1536, 1552)
-    assert hit.codes == ("INDEXER_MISSING", "COMPRESSED_MISSING", "LCM_BOUNDARY")
+    # HCA entries j < 12 fill pages 0..2 exactly: the open HCA page [1536, 2048) is not read
+    assert hit.codes == ("INDEXER_MISSING", "LCM_BOUNDARY")
     assert dict((r.code, r.detail) for r in hit.reasons)["INDEXER_MISSING"] == (
         "csa.indexer_state.keys: usable to block 96 < 97")
     ids = m.core.keys.lookup(m.core.hasher.hash_blocks(out.notes["a"][:1552]))
@@ -556,8 +558,8 @@ def test_h_tail_missing_while_the_window_is_present() -> None:
     """The probe shares 112 tokens: the point at 128 holds the window rows of blocks 0..7, but no
     tail snapshot exists at 112 (points every 64 tokens): the hit falls back to 64."""
     hit = scenario_tail_missing().hits["probe"]
-    assert (hit.tokens, hit.candidate_tokens, hit.partial_copy) == (64, 112, True)
-    assert hit.codes == ("TAIL_MISSING", "INDEXER_MISSING", "PARTIAL_PAGE_COPY")
+    assert (hit.tokens, hit.candidate_tokens, hit.partial_copy) == (64, 112, False)
+    assert hit.codes == ("TAIL_MISSING", "INDEXER_MISSING", "LCM_BOUNDARY")  # no HCA entry before 64
     details = dict((r.code, r.detail) for r in hit.reasons)
     assert details["TAIL_MISSING"] == ("csa.compressor_tail: usable to block 4 < 7; "
                                        "hca.compressor_tail: usable to block 4 < 7")
@@ -686,8 +688,6 @@ def test_i_pinned_hit_survives_evict_all() -> None:
     assert check_invariants(m) == []
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: evict(max_units=k>1) evicts the leaves found in one pass, so a "
-                                      "newer request's leaf goes before an older chain's next block (not LRU)")
 def test_i_evict_several_units_is_still_lru() -> None:
     m = CacheManager(llama(), ManagerConfig(default_pool_pages=32, seed=1))
     a, b = tokens_of(64, seed=12), tokens_of(32, seed=13)

@@ -4,15 +4,9 @@ from __future__ import annotations
 
 import functools
 
-import pytest
 from test_manager_scenarios import SCENARIOS
 
 from hkv_core.spec.validation import load_validation
-
-# Codes the device-tier manager cannot produce: RECORD_QUARANTINED needs a host / disk record tier
-# with checksums (FAILURES.md F14), which CacheManager does not have yet.
-NEEDS_RECORD_TIER = frozenset({"RECORD_QUARANTINED"})
-
 
 @functools.cache
 def produced_codes() -> dict[str, frozenset[str]]:
@@ -29,14 +23,8 @@ def test_scenarios_produce_every_reason_code_of_the_device_tier() -> None:
     spec = load_validation().codes
     seen = produced_codes()
     assert set(seen) <= set(spec), f"codes outside specs/validation.toml: {sorted(set(seen) - set(spec))}"
-    missing = sorted(set(spec) - set(seen) - NEEDS_RECORD_TIER)
+    missing = sorted(set(spec) - set(seen))
     assert missing == [], f"no scenario produces {missing}"
     for code, layers in seen.items():  # each code is reported by the layer the spec puts it in
         assert layers == {spec[code].layer}, (code, layers)
     assert {spec[c].kind for c in seen} == {"shorten", "reject", "rule"}
-
-
-@pytest.mark.xfail(strict=True, reason="BUG: specs/validation.toml lists RECORD_QUARANTINED but the manager has "
-                                      "no record tier and no code path that can produce it")
-def test_every_spec_reason_code_is_produced() -> None:
-    assert set(load_validation().codes) - set(produced_codes()) == set()
