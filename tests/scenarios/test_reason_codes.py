@@ -8,6 +8,7 @@ from test_manager_scenarios import SCENARIOS
 
 from hkv_core.spec.validation import load_validation
 
+
 @functools.cache
 def produced_codes() -> dict[str, frozenset[str]]:
     """Code -> the validation layers the scenarios' hits reported it from."""
