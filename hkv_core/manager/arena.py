@@ -72,6 +72,29 @@ class BlockArena:
         self.live += 1
         return block
 
+    def add_chain(self, keys: NDArray[np.uint64], parent: int, position: int, tick: int) -> NDArray[np.int32]:
+        """New live blocks for consecutive keys, each the parent of the next; returns their ids."""
+        count = len(keys)
+        while len(self.free) < count:
+            self._grow(self.capacity * 2)
+        ids = np.array(self.free[len(self.free) - count:][::-1], np.int32)
+        del self.free[len(self.free) - count:]
+        assert not np.any(self.alive[ids])
+        self.key[ids] = keys
+        self.parent[ids[0]] = parent
+        self.parent[ids[1:]] = ids[:-1]
+        self.position[ids] = np.arange(position, position + count, dtype=np.int32)
+        self.children[ids] = 1
+        self.children[ids[-1]] = 0
+        self.last_access[ids], self.alive[ids], self.point[ids] = tick, True, False
+        self.prefix_pages[ids] = NULL_PAGE
+        self.window_pages[ids] = NULL_PAGE
+        self.tail_pages[ids] = NULL_PAGE
+        if parent != NO_BLOCK:
+            self.children[parent] += 1
+        self.live += count
+        return ids
+
     def drop(self, block: int) -> None:
         """Forget a leaf block (its pages were released by the caller)."""
         assert self.alive[block] and self.children[block] == 0, "only leaves are dropped"

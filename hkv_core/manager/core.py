@@ -43,6 +43,7 @@ class RequestState:
     tables: list[list[int]] = attrs.field(factory=list)  # per pool: prefix page / window block / tail
     owned: list[set[int]] = attrs.field(factory=list)  # per pool: pages it owns (unpublished)
     snapshots: dict[int, list[int]] = attrs.field(factory=dict)  # boundary -> page per tail pool
+    window_floor: dict[int, int] = attrs.field(factory=dict)  # per window pool: blocks below are dropped
 
 
 class Core:
@@ -135,7 +136,8 @@ def _clone_request(req: RequestState) -> RequestState:
     """Token and key arrays are replaced, never written in place, so they are shared."""
     return attrs.evolve(req, chain=list(req.chain), pinned_versions=[dict(d) for d in req.pinned_versions],
                         hit_pages=dict(req.hit_pages), tables=[list(t) for t in req.tables],
-                        owned=[set(o) for o in req.owned], snapshots={b: list(p) for b, p in req.snapshots.items()})
+                        owned=[set(o) for o in req.owned], snapshots={b: list(p) for b, p in req.snapshots.items()},
+                        window_floor=dict(req.window_floor))
 
 
 def _clone_pool(pool: PagePool) -> PagePool:

@@ -126,44 +126,61 @@ def plan(core: Core, needs: dict[int, int]) -> Virtual | None:
     def enough(v: Virtual) -> bool:
         return all(v.freed[p] >= n for p, n in short.items())
 
-    _walk(core, v, enough)
+    if short:
+        _walk(core, v, enough)
     return v if enough(v) else None
 
 
 def apply(core: Core, v: Virtual) -> None:
-    """Carry out a planned eviction for real, unit by unit."""
+    """Carry out a planned eviction: drop points and blocks, then release pages in bulk per pool."""
+    a, refs = core.arena, list[tuple[Ref, str]]()
+    window_slots = list[tuple[int, int, int]]()  # (block, pool, page) whose window reference goes
     for block in v.units:
-        a = core.arena
         if a.point[block]:
-            for (pool, page), event in _point_refs(core, block):
-                _release_ref(core, pool, page, event)
+            refs += _point_refs(core, block)
+            window_slots += _window_slots(core, block)
             a.point[block] = False
             a.tail_pages[block] = NULL_PAGE
             core.stats["evicted_points"] += 1
         if a.children[block] == 0 and block in v.gone:
-            for (pool, page), event in _block_refs(core, block):
-                _release_ref(core, pool, page, event)
+            refs += _block_refs(core, block)
             key = a.key[block]
             assert core.keys.remove(int(key[0]), int(key[1])) == block
             a.drop(block)
             core.stats["evicted_blocks"] += 1
+    freed = _release_refs(core, refs)
+    for block, pool, page in window_slots:
+        if (pool, page) in freed:
+            a.window_pages[block, core.column[pool]] = NULL_PAGE
 
 
-def _release_ref(core: Core, pool: int, page: int, event: str) -> None:
-    """Drop one index reference; free (evict) or retire the page when it was the last."""
-    p = core.pools[pool]
-    p.holders[page] -= 1
-    assert p.holders[page] >= 0
-    if p.holders[page]:
-        return
-    pages = np.array([page], np.int32)
-    if event == "retire":
-        core.arena.window_pages[core.arena.window_pages[:, core.column[pool]] == page, core.column[pool]] = NULL_PAGE
-        p.step(pages, "retire")
-        if p.leases[page] == 0:
-            p.step(pages, "reclaim")
-    else:
-        p.step(pages, "evict")
+def _window_slots(core: Core, block: int) -> list[tuple[int, int, int]]:
+    a, out = core.arena, []
+    boundary = (int(a.position[block]) + 1) * core.block_tokens
+    for col, pool in enumerate(core.by_role[PoolRole.WINDOW]):
+        first, b = core.window_first_block(pool, boundary), block
+        while b >= 0 and int(a.position[b]) >= first:
+            out.append((b, pool, int(a.window_pages[b, col])))
+            b = int(a.parent[b])
+    return out
+
+
+def _release_refs(core: Core, refs: list[tuple[Ref, str]]) -> set[Ref]:
+    """Drop index references; pages whose last reference went are evicted (or retired). Returns them."""
+    freed: set[Ref] = set()
+    by_pool: dict[tuple[int, str], list[int]] = {}
+    for (pool, page), event in refs:
+        by_pool.setdefault((pool, event), []).append(page)
+    for (pool, event), pages in by_pool.items():
+        p, arr = core.pools[pool], np.array(pages, np.int32)
+        np.subtract.at(p.holders, arr, 1)
+        assert np.all(p.holders[arr] >= 0)
+        gone = np.unique(arr[p.holders[arr] == 0])
+        p.step(gone, event)
+        if event == "retire":
+            p.step(gone[p.leases[gone] == 0], "reclaim")
+        freed.update((pool, page) for page in gone.tolist())
+    return freed
 
 
 def evict_for(core: Core, needs: dict[int, int]) -> bool:

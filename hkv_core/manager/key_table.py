@@ -57,6 +57,25 @@ class KeyTable:
         self.hi[slot], self.lo[slot], self.ids[slot] = hi, lo, block_id
         self.count += 1
 
+    def insert_many(self, keys: NDArray[np.uint64], ids: NDArray[np.int32]) -> None:
+        """Add distinct, absent keys (shape (n, 2)) in one vectorized probe loop."""
+        assert len(keys) == len(ids) and np.all(ids >= 0)
+        while (self.used + len(keys)) * MAX_LOAD_DEN > len(self.ids) * MAX_LOAD_NUM:
+            self._rehash(len(self.ids) * 2)
+        todo = np.arange(len(keys))
+        slot = keys[:, 1] & self.mask
+        while todo.size:
+            open_ = self.ids[slot] < 0
+            _, first = np.unique(slot, return_index=True)  # one key per slot per round
+            take = np.zeros(todo.size, np.bool_)
+            take[first] = True
+            take &= open_
+            chosen, where = todo[take], slot[take]
+            self.used += int(np.count_nonzero(self.ids[where] == EMPTY))
+            self.hi[where], self.lo[where], self.ids[where] = keys[chosen, 0], keys[chosen, 1], ids[chosen]
+            todo, slot = todo[~take], (slot[~take] + np.uint64(1)) & self.mask
+        self.count += len(keys)
+
     def remove(self, hi: int, lo: int) -> int:
         """Remove a key; returns its id (EMPTY when absent)."""
         slot = int(lo) & int(self.mask)
@@ -71,11 +90,12 @@ class KeyTable:
 
     def _rehash(self, capacity: int) -> None:
         live = self.ids >= 0
-        hi, lo, ids = self.hi[live], self.lo[live], self.ids[live]
+        keys = np.stack([self.hi[live], self.lo[live]], axis=1)
+        ids = self.ids[live]
         self._alloc(max(capacity, MIN_CAPACITY))
         self.count = 0
-        for h, lw, i in zip(hi.tolist(), lo.tolist(), ids.tolist(), strict=True):
-            self.insert(h, lw, i)
+        if len(ids):
+            self.insert_many(keys, ids)
 
     def nbytes(self) -> int:
         return int(self.hi.nbytes + self.lo.nbytes + self.ids.nbytes)

@@ -119,15 +119,15 @@ class PagePool:
         """Move every page in `pages` by `event`; all-or-nothing (IllegalTransition changes nothing)."""
         if pages.size == 0:
             return
-        assert not np.any(pages == NULL_PAGE), "the NULL page never moves"
+        assert int(pages.min()) > NULL_PAGE, "the NULL page never moves"
         event_index = self.table.event_index.get(event)
         assert event_index is not None, f"{self.info.kind} has no event {event}"
         states = self.state[pages]
-        plan = []
-        for state in np.unique(states).tolist():
-            group = pages[states == state]
-            view = BulkView(self, group, actor, full, leased_by_actor)
-            plan.append((group, self.table.step(state, event_index, view)))
+        first = int(states[0])
+        groups = [(first, pages)] if not np.any(states != first) else \
+            [(s, pages[states == s]) for s in np.unique(states).tolist()]
+        plan = [(group, self.table.step(state, event_index, BulkView(self, group, actor, full, leased_by_actor)))
+                for state, group in groups]
         for group, edge in plan:
             for name in edge.effects:
                 self.effects[name](group, actor)
@@ -136,7 +136,8 @@ class PagePool:
     def take(self, count: int, actor: int) -> Pages:
         """Reserve `count` free pages for `actor` (caller checked `len(self.free)`)."""
         assert 0 <= count <= len(self.free), "caller must check free pages first"
-        pages = np.array([self.free.pop() for _ in range(count)], np.int32)
+        pages = np.array(self.free[len(self.free) - count:][::-1], np.int32)
+        del self.free[len(self.free) - count:]
         self.step(pages, "reserve", actor)
         return pages
 
@@ -144,7 +145,7 @@ class PagePool:
         return None
 
     def _free_slot(self, pages: Pages, actor: int) -> None:
-        self.free.extend(pages.tolist())
+        self.free.extend(np.sort(pages)[::-1].tolist())  # the stack hands out low page ids first
 
     def _set_owner(self, pages: Pages, actor: int) -> None:
         assert actor >= 0
