@@ -145,5 +145,4 @@ def _clone_pool(pool: PagePool) -> PagePool:
     for name in ("state", "version", "leases", "copies", "holders", "owner", "frozen"):
         setattr(twin, name, getattr(pool, name).copy())
     twin.free = list(pool.free)
-    twin.effects = {name: getattr(twin, method.__name__) for name, method in pool.effects.items()}
     return twin

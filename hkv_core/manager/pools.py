@@ -10,6 +10,7 @@ lifecycle table, in bulk: one table lookup per distinct source state.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 
 import attrs
 import numpy as np
@@ -107,12 +108,6 @@ class PagePool:
         self.frozen = np.zeros(n, np.bool_)
         self.free: list[int] = list(range(n - 1, NULL_PAGE, -1))  # a stack; pop() gives low ids first
         self.published = table.state_index["PUBLISHED"]
-        self.effects = {"take_slot": self._noop, "free_slot": self._free_slot, "set_owner": self._set_owner,
-                        "clear_owner": self._clear_owner, "append_row": self._noop,
-                        "clear_rows": self._clear_rows, "freeze_content": self._freeze,
-                        "add_lease": self._add_lease, "drop_lease": self._drop_lease,
-                        "pin_copy": self._pin_copy, "unpin_copy": self._unpin_copy,
-                        "bump_version": self._bump, "quarantine": self._noop}
 
     def step(self, pages: Pages, event: str, actor: int = -1, *, full: bool = True,
              leased_by_actor: bool = False) -> None:
@@ -130,7 +125,7 @@ class PagePool:
                 for state, group in groups]
         for group, edge in plan:
             for name in edge.effects:
-                self.effects[name](group, actor)
+                EFFECTS[name](self, group, actor)
             self.state[group] = edge.dest
 
     def take(self, count: int, actor: int) -> Pages:
@@ -177,3 +172,14 @@ class PagePool:
 
     def state_name(self, page: int) -> str:
         return self.table.states[int(self.state[page])]
+
+
+Effect = Callable[[PagePool, Pages, int], None]
+
+EFFECTS: dict[str, Effect] = {
+    "take_slot": PagePool._noop, "free_slot": PagePool._free_slot, "set_owner": PagePool._set_owner,
+    "clear_owner": PagePool._clear_owner, "append_row": PagePool._noop, "clear_rows": PagePool._clear_rows,
+    "freeze_content": PagePool._freeze, "add_lease": PagePool._add_lease, "drop_lease": PagePool._drop_lease,
+    "pin_copy": PagePool._pin_copy, "unpin_copy": PagePool._unpin_copy, "bump_version": PagePool._bump,
+    "quarantine": PagePool._noop,
+}

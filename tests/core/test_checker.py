@@ -14,9 +14,12 @@ from hkv_core.testing.spec_mutation import mutated_spec
 
 
 def test_registries_match_the_names_a_spec_may_use() -> None:
+    from hkv_core.manager import invariants as live_invariants
+    from hkv_core.manager import pools
+
     assert set(GUARDS) == GUARD_NAMES
-    assert set(EFFECTS) == EFFECT_NAMES
-    assert set(INVARIANTS) == INVARIANT_NAMES
+    assert set(EFFECTS) == EFFECT_NAMES == set(pools.EFFECTS)  # the checker and the manager apply the same
+    assert set(INVARIANTS) == INVARIANT_NAMES == set(live_invariants.INVARIANTS)
 
 
 def test_default_bound_is_clean_and_large() -> None:
