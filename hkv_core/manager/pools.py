@@ -119,7 +119,7 @@ class PagePool:
         assert event_index is not None, f"{self.info.kind} has no event {event}"
         states = self.state[pages]
         first = int(states[0])
-        groups = [(first, pages)] if not np.any(states != first) else \
+        groups = [(first, pages)] if not (states != first).any() else \
             [(s, pages[states == s]) for s in np.unique(states).tolist()]
         plan = [(group, self.table.step(state, event_index, BulkView(self, group, actor, full, leased_by_actor)))
                 for state, group in groups]

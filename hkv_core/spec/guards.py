@@ -54,6 +54,7 @@ def first_refusing(guards: tuple[Guard, ...], names: tuple[str, ...], view: Guar
     """The name of the first guard that refuses, or None when all pass."""
     assert len(guards) == len(names), "guards and names must pair up"
     for guard, name in zip(guards, names, strict=True):
-        if not np.all(guard(view)):
+        verdict = guard(view)
+        if not (verdict if type(verdict) is bool else verdict.all()):
             return name
     return None
