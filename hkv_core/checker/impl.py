@@ -37,7 +37,7 @@ class ImplCheckConfig:
     layout: str = "tiny_csa"
     pool_pages: int = 6
     max_requests: int = 2
-    max_depth: int = 9
+    max_depth: int = 7
     retain_every_blocks: int = 1
     chunk_tokens: tuple[int, ...] = (8, 16)
 
