@@ -13,7 +13,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hkv_core.manager.arena import NO_BLOCK
-from hkv_core.manager.core import Core, RequestState
+from hkv_core.manager.core import Core, RequestState, chain_tail
 from hkv_core.manager.errors import InvalidRequestState
 from hkv_core.manager.lease import pin
 from hkv_core.manager.pools import NULL_PAGE, PoolRole
@@ -64,6 +64,7 @@ def _index_blocks(core: Core, req: RequestState) -> None:
     arena, start, blocks = core.arena, len(req.chain), req.computed // core.block_tokens
     tick = core.advance()
     if blocks > start:
+        before = chain_tail(req)
         keys = req.keys[start:blocks]
         found = core.keys.lookup(keys)
         known = int(np.argmin(found >= 0)) if np.any(found < 0) else len(found)
@@ -73,6 +74,7 @@ def _index_blocks(core: Core, req: RequestState) -> None:
             ids = arena.add_chain(keys[known:], parent, start + known, tick)
             core.keys.insert_many(keys[known:], ids)
             req.chain.extend(ids.tolist())
+        core.move_chain_tail(before, chain_tail(req))
     if blocks:
         arena.last_access[np.array(req.chain[:blocks], np.int32)] = tick
 
@@ -106,13 +108,14 @@ def _publish_own(core: Core, req: RequestState, pool: int, pages: Pages) -> None
 
 
 def _record_points(core: Core, req: RequestState) -> None:
+    """Index the resume points whose snapshots are due; a point already indexed keeps its own pages."""
     due = sorted(b for b in req.snapshots if b <= req.computed)
     if not due:
         return
     tails = core.by_role[PoolRole.TAIL]
     blocks = np.array([req.chain[b // core.block_tokens - 1] for b in due], np.int32)
     snaps = np.array([req.snapshots.pop(b) for b in due], np.int32).reshape(len(due), len(tails))
-    fresh = ~core.arena.point[blocks]
+    fresh = ~core.arena.point[blocks] & _windows_publishable(core, req, due)
     for col, pool in enumerate(tails):
         core.pools[pool].step(snaps[~fresh, col], "abort", req.rid)
         core.pools[pool].step(snaps[fresh, col], "publish", req.rid)
@@ -124,12 +127,36 @@ def _record_points(core: Core, req: RequestState) -> None:
     core.arena.point[blocks[fresh]] = True
 
 
+def _window_blocks(core: Core, pool: int, boundary: int) -> NDArray[np.int64]:
+    return np.arange(core.window_first_block(pool, boundary), boundary // core.block_tokens)
+
+
+def _windows_publishable(core: Core, req: RequestState, due: list[int]) -> NDArray[np.bool_]:
+    """Per due point: every window page it would index is the request's own or still PUBLISHED.
+
+    A window page the request pins can have been retired meanwhile (an evicted
+    point held it); the index never references a retired page again, so such
+    a point is not recorded (retention is best effort).
+    """
+    ok = np.ones(len(due), np.bool_)
+    chain = np.array(req.chain, np.int32)
+    for pool in core.by_role[PoolRole.WINDOW]:
+        p, col, table = core.pools[pool], core.column[pool], np.array(req.tables[pool], np.int32)
+        spans = [_window_blocks(core, pool, b) for b in due]
+        ks = np.concatenate(spans)
+        have, mine = core.arena.window_pages[chain[ks], col], table[ks]
+        bad = (have == NULL_PAGE) & (mine != NULL_PAGE) & (p.state[mine] != p.published) & (p.owner[mine] != req.rid)
+        point = np.repeat(np.arange(len(due)), [len(k) for k in spans])
+        ok &= np.bincount(point[bad], minlength=len(due)) == 0
+    return ok
+
+
 def _hold_windows(core: Core, req: RequestState, pool: int, boundaries: list[int]) -> None:
     """Each new point holds one reference on every window page it needs."""
     if not boundaries:
         return
     col = core.column[pool]
-    ks = np.concatenate([np.arange(core.window_first_block(pool, b), b // core.block_tokens) for b in boundaries])
+    ks = np.concatenate([_window_blocks(core, pool, b) for b in boundaries])
     ids = np.array(req.chain, np.int32)[ks]
     have = core.arena.window_pages[ids, col]
     mine = np.array(req.tables[pool], np.int32)[ks]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections import Counter
 
 import attrs
 import numpy as np
@@ -16,7 +17,7 @@ from numpy.typing import NDArray
 from hkv_core.block_keys import BlockHasher, ExtraKeys
 from hkv_core.errors import ConfigError
 from hkv_core.layout import Layout
-from hkv_core.manager.arena import BlockArena
+from hkv_core.manager.arena import NO_BLOCK, BlockArena
 from hkv_core.manager.config import ManagerConfig
 from hkv_core.manager.key_table import KeyTable
 from hkv_core.manager.pools import ROLE_OF, PagePool, PoolInfo, PoolRole
@@ -46,6 +47,10 @@ class RequestState:
     window_floor: dict[int, int] = attrs.field(factory=dict)  # per window pool: blocks below are dropped
 
 
+def chain_tail(req: RequestState) -> int:
+    return req.chain[-1] if req.chain else NO_BLOCK
+
+
 class Core:
     """All manager state; no locking here (the facade locks)."""
 
@@ -64,6 +69,7 @@ class Core:
         self.keys = KeyTable()
         self.hasher = BlockHasher(block_tokens=layout.block_tokens, seed=config.seed)
         self.requests: dict[int, RequestState] = {}
+        self.chain_tails: Counter[int] = Counter()  # last block of each live request's chain -> requests
         self.next_rid = 0
         self.tick = 0
         page_tokens = [self.infos[i].spec.tokens_per_page for i in self.by_role[PoolRole.PREFIX]]
@@ -76,6 +82,21 @@ class Core:
 
     def request(self, rid: int) -> RequestState:
         return self.requests[rid]
+
+    def move_chain_tail(self, before: int, after: int) -> None:
+        """A request's chain now ends at block `after` instead of `before` (NO_BLOCK: empty chain).
+
+        Eviction never drops the last block of a live request's chain; as only
+        leaves are dropped, every block a chain names stays indexed (F11).
+        """
+        if before == after:
+            return
+        if before != NO_BLOCK:
+            self.chain_tails[before] -= 1
+            if not self.chain_tails[before]:
+                del self.chain_tails[before]
+        if after != NO_BLOCK:
+            self.chain_tails[after] += 1
 
     def needs_points(self) -> bool:
         """True when resume points carry objects (windows or tails) beyond the prefix pages."""
@@ -124,6 +145,7 @@ def clone_core(core: Core) -> Core:
     twin.keys = copy.copy(core.keys)
     twin.keys.hi, twin.keys.lo, twin.keys.ids = core.keys.hi.copy(), core.keys.lo.copy(), core.keys.ids.copy()
     twin.requests = {rid: _clone_request(r) for rid, r in core.requests.items()}
+    twin.chain_tails = Counter(core.chain_tails)
     twin.stats = dict(core.stats)
     return twin
 

@@ -6,17 +6,25 @@ from hkv_core.errors import HkvError
 
 
 class StaleLease(HkvError):
-    """A hit or lease whose checked page versions moved (TOCTOU, FAILURES.md F3)."""
+    """A hit or lease whose checked pages moved: a new version, or out of the state it was checked in (F3).
+
+    `found_state` names the page's state now and `expected_state` the one the
+    hit or plan relied on; a page can leave PUBLISHED (retired from the index
+    while another request still pins it) without its version moving.
+    """
 
     def __init__(self, *, pool: str, page: int, expected_version: int, found_version: int,
-                 request_id: int) -> None:
+                 request_id: int, expected_state: str = "PUBLISHED", found_state: str = "PUBLISHED") -> None:
+        moved = f"version {found_version}, the hit checked {expected_version}"
+        if found_state != expected_state:
+            moved += f"; state {found_state}, the hit needs {expected_state}"
         super().__init__(
-            f"stale lease for request {request_id}: {pool} page {page} version "
-            f"{found_version}, the hit checked {expected_version}",
+            f"stale lease for request {request_id}: {pool} page {page} {moved}",
             pool=pool, page=page, expected_version=expected_version, found_version=found_version,
-            request_id=request_id)
+            request_id=request_id, expected_state=expected_state, found_state=found_state)
         self.pool, self.page, self.request_id = pool, page, request_id
         self.expected_version, self.found_version = expected_version, found_version
+        self.expected_state, self.found_state = expected_state, found_state
 
 
 class AdmissionRejected(HkvError):

@@ -80,7 +80,7 @@ def _unit(core: Core, v: Virtual, block: int) -> list[tuple[Ref, str]] | None:
     if block in v.gone or _pinned(core, block):
         return None
     has_point = bool(a.point[block]) and block not in v.no_point
-    leaf = int(a.children[block]) - v.children[block] == 0
+    leaf = int(a.children[block]) - v.children[block] == 0 and block not in core.chain_tails
     if not has_point and not leaf:
         return None
     refs = _point_refs(core, block) if has_point else []

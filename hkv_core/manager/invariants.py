@@ -69,14 +69,28 @@ def lease_versions_current(core: Core) -> list[str]:
 
 
 def lease_covers_object_set(core: Core) -> list[str]:
-    """Every page a request reads (its tables) is owned by it or pinned by it."""
-    out = []
+    """Every page a request reads (its tables) is owned or pinned by it; its chain stays indexed (F11)."""
+    out = _chains_indexed(core)
     for req in core.requests.values():
         for pool, table in enumerate(req.tables):
             for page in table:
                 if page != NULL_PAGE and page not in req.owned[pool] and page not in req.pinned_versions[pool]:
                     out.append(f"request {req.rid} reads {core.infos[pool].name} page {page} "
                                "without owning or pinning it")
+    return out
+
+
+def _chains_indexed(core: Core) -> list[str]:
+    """Every block of a live request's chain is alive under the request's own key; chain tails are counted."""
+    a, out = core.arena, []
+    for req in core.requests.values():
+        chain = np.array(req.chain, np.int64)
+        ok = a.alive[chain] & np.all(a.key[chain] == req.keys[:len(chain)], axis=1)
+        if not np.all(ok):
+            out.append(f"request {req.rid}: chain blocks {chain[~ok].tolist()[:8]} are not indexed under its keys")
+    tails = Counter(req.chain[-1] for req in core.requests.values() if req.chain)
+    if tails != core.chain_tails:
+        out.append(f"chain tails {dict(core.chain_tails)} != live requests' chain ends {dict(tails)}")
     return out
 
 

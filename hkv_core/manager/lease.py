@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hkv_core.manager.core import Core, RequestState
+from hkv_core.manager.core import Core, RequestState, chain_tail
 from hkv_core.manager.errors import StaleLease
 from hkv_core.manager.pools import NULL_PAGE, PoolRole
 from hkv_core.manager.records import Hit
@@ -19,7 +19,8 @@ def verify(core: Core, req: RequestState, hit: Hit) -> None:
         if np.any(moved):
             i = int(np.flatnonzero(moved)[0])
             raise StaleLease(pool=name, page=int(pages[i]), expected_version=int(hit.versions[name][i]),
-                             found_version=int(now[i]), request_id=req.rid)
+                             found_version=int(now[i]), request_id=req.rid,
+                             found_state=pool.state_name(int(pages[i])))
 
 
 def pin(core: Core, req: RequestState, pool: int, pages: np.ndarray) -> None:
@@ -36,7 +37,9 @@ def acquire(core: Core, req: RequestState, hit: Hit) -> None:
     for name, pages in hit.pages.items():
         pin(core, req, core.pool_index[name], pages)
     blocks = len(hit.block_ids)
+    before = chain_tail(req)
     req.chain = hit.block_ids.tolist()
+    core.move_chain_tail(before, chain_tail(req))
     req.computed = req.allocated = req.hit_tokens = hit.tokens
     req.hit_pages = {core.pool_index[n]: p.copy() for n, p in hit.pages.items()}
     core.arena.last_access[hit.block_ids] = core.advance()

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from hkv_core.manager.arena import NO_BLOCK
 from hkv_core.manager.commit import unpin
-from hkv_core.manager.core import Core, RequestState
+from hkv_core.manager.core import Core, RequestState, chain_tail
 
 
 def release(core: Core, req: RequestState) -> None:
@@ -15,4 +16,5 @@ def release(core: Core, req: RequestState) -> None:
         core.pools[pool].step(owned, "abort", req.rid)
         req.owned[pool].clear()
     req.snapshots.clear()
+    core.move_chain_tail(chain_tail(req), NO_BLOCK)
     del core.requests[req.rid]

@@ -426,7 +426,7 @@ def test_g_lease_invalidated_by_eviction() -> None:
     assert (err.pool, err.page, err.expected_version, err.found_version, err.request_id) == (
         "swa.swa_window", 5, 0, 1, rid)
     assert err.fields == {"pool": "swa.swa_window", "page": 5, "expected_version": 0, "found_version": 1,
-                          "request_id": rid}
+                          "request_id": rid, "expected_state": "PUBLISHED", "found_state": "FREE"}
     assert [int(p.leases.sum()) for p in m.core.pools] == [0] * len(m.core.pools)
     req = m.core.requests[rid]
     assert not req.acquired and all(not v for v in req.pinned_versions) and req.chain == []
