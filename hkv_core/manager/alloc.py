@@ -7,6 +7,8 @@ and nothing about the request changed (FAILURES.md F8).
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -28,6 +30,18 @@ def retained(core: Core, req: RequestState, boundary: int) -> bool:
     return core.config.retain_prompt_end and boundary == end
 
 
+def retained_between(core: Core, req: RequestState, start: int, end: int) -> list[int]:
+    """Every retained boundary b with start < b <= end, ascending (`retained` over the range, in O(points))."""
+    if not core.needs_points():
+        return []
+    every = core.block_tokens * core.config.retain_every_blocks
+    out = list(range(start // every * every + every, end + 1, every))
+    prompt_end = req.prompt_tokens // core.block_tokens * core.block_tokens
+    if core.config.retain_prompt_end and start < prompt_end <= end and prompt_end % every:
+        bisect.insort(out, prompt_end)
+    return out
+
+
 def _prefix_needs(core: Core, req: RequestState, pool: int, start: int, end: int) -> tuple[int, int | None]:
     """(new pages, page index needing copy-on-write or None) for tokens [start, end)."""
     tokens = core.infos[pool].spec.tokens_per_page
@@ -39,8 +53,7 @@ def _prefix_needs(core: Core, req: RequestState, pool: int, start: int, end: int
 
 def _needs(core: Core, req: RequestState, start: int, end: int) -> tuple[dict[int, int], dict[int, int], list[int]]:
     counts, cows = {}, {}
-    boundaries = [b for b in range(start // core.block_tokens * core.block_tokens + core.block_tokens,
-                                   end + 1, core.block_tokens) if b > start and retained(core, req, b)]
+    boundaries = retained_between(core, req, start, end)
     for info in core.infos:
         if info.role is PoolRole.PREFIX:
             counts[info.index], cow = _prefix_needs(core, req, info.index, start, end)

@@ -24,11 +24,14 @@ def verify(core: Core, req: RequestState, hit: Hit) -> None:
 
 
 def pin(core: Core, req: RequestState, pool: int, pages: np.ndarray) -> None:
-    """Pin `pages` of `pool` for the request (pages it already pins are skipped)."""
-    fresh = np.array([p for p in pages.tolist() if p not in req.pinned_versions[pool]], np.int32)
-    core.pools[pool].step(fresh, "pin", req.rid)
-    for page in fresh.tolist():
-        req.pinned_versions[pool][page] = int(core.pools[pool].version[page])
+    """Pin distinct `pages` of `pool` for the request (pages it already pins are skipped)."""
+    pins, listed = req.pinned_versions[pool], pages.tolist()
+    if pins and not pins.keys().isdisjoint(listed):
+        fresh = np.array([p not in pins for p in listed], np.bool_)
+        pages, listed = pages[fresh], [p for p in listed if p not in pins]
+    p = core.pools[pool]
+    p.step(pages, "pin", req.rid)
+    pins.update(zip(listed, p.version[pages].tolist(), strict=True))
 
 
 def acquire(core: Core, req: RequestState, hit: Hit) -> None:

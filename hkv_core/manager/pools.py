@@ -111,7 +111,7 @@ class PagePool:
 
     def step(self, pages: Pages, event: str, actor: int = -1, *, full: bool = True,
              leased_by_actor: bool = False) -> None:
-        """Move every page in `pages` by `event`; all-or-nothing (IllegalTransition changes nothing)."""
+        """Move every page in `pages` (distinct) by `event`; all-or-nothing (IllegalTransition changes nothing)."""
         if pages.size == 0:
             return
         assert int(pages.min()) > NULL_PAGE, "the NULL page never moves"
@@ -119,8 +119,8 @@ class PagePool:
         assert event_index is not None, f"{self.info.kind} has no event {event}"
         states = self.state[pages]
         first = int(states[0])
-        groups = [(first, pages)] if not (states != first).any() else \
-            [(s, pages[states == s]) for s in np.unique(states).tolist()]
+        groups = [(first, pages)] if not np.count_nonzero(states != first) else \
+            [(s, pages[states == s]) for s in np.flatnonzero(np.bincount(states)).tolist()]
         plan = [(group, self.table.step(state, event_index, BulkView(self, group, actor, full, leased_by_actor)))
                 for state, group in groups]
         for group, edge in plan:
@@ -131,7 +131,7 @@ class PagePool:
     def take(self, count: int, actor: int) -> Pages:
         """Reserve `count` free pages for `actor` (caller checked `len(self.free)`)."""
         assert 0 <= count <= len(self.free), "caller must check free pages first"
-        pages = np.array(self.free[len(self.free) - count:][::-1], np.int32)
+        pages = np.fromiter(reversed(self.free[len(self.free) - count:]), np.int32, count)
         del self.free[len(self.free) - count:]
         self.step(pages, "reserve", actor)
         return pages
@@ -155,17 +155,18 @@ class PagePool:
     def _freeze(self, pages: Pages, actor: int) -> None:
         self.frozen[pages] = True
 
+    # A step's pages are distinct, so counters move by plain fancy indexing (not ufunc.at).
     def _add_lease(self, pages: Pages, actor: int) -> None:
-        np.add.at(self.leases, pages, 1)
+        self.leases[pages] += 1
 
     def _drop_lease(self, pages: Pages, actor: int) -> None:
-        np.subtract.at(self.leases, pages, 1)
+        self.leases[pages] -= 1
 
     def _pin_copy(self, pages: Pages, actor: int) -> None:
-        np.add.at(self.copies, pages, 1)
+        self.copies[pages] += 1
 
     def _unpin_copy(self, pages: Pages, actor: int) -> None:
-        np.subtract.at(self.copies, pages, 1)
+        self.copies[pages] -= 1
 
     def _bump(self, pages: Pages, actor: int) -> None:
         self.version[pages] += np.uint32(1)

@@ -55,6 +55,6 @@ def first_refusing(guards: tuple[Guard, ...], names: tuple[str, ...], view: Guar
     assert len(guards) == len(names), "guards and names must pair up"
     for guard, name in zip(guards, names, strict=True):
         verdict = guard(view)
-        if not (verdict if type(verdict) is bool else verdict.all()):
+        if not (verdict if type(verdict) is bool else np.count_nonzero(verdict) == np.size(verdict)):
             return name
     return None
