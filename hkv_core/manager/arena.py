@@ -1,10 +1,14 @@
 """Per-block metadata of the prefix index, in growable NumPy columns.
 
 One row per indexed block: its 128-bit key, parent block, position, child
-count, last access tick, and per pool the page covering it (prefix pools),
-its window page (window pools, NULL unless a retained resume point needs it)
-and, when a resume point is retained at the block's end, its tail snapshot
-pages.  About 60-90 bytes per block depending on the layout (README).
+count, place in the LRU queue, and per pool the page covering it (prefix
+pools), its window page (window pools, NULL unless a retained resume point
+needs it) and, when a resume point is retained at the block's end, its tail
+snapshot pages.  About 40-90 bytes per block depending on the layout (README).
+
+The LRU queue is an append-only array of block ids in eviction order; a
+block's entry is current while `lru_pos[block]` points at it, older entries
+are stale and skipped (and dropped when the queue is compacted).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from hkv_core.manager.pools import NULL_PAGE
 
 NO_BLOCK = -1
 MIN_BLOCKS = 256
+MIN_QUEUE = 1024
 
 
 class BlockArena:
@@ -29,6 +34,9 @@ class BlockArena:
         self.free: list[int] = []
         self.live = 0
         self._grow(MIN_BLOCKS)
+        self.lru_block = np.zeros(MIN_QUEUE, np.int32)  # the LRU queue (see the module docstring)
+        self.lru_head = 0  # entries before the head are all stale
+        self.lru_len = 0
 
     def _grow(self, capacity: int) -> None:
         old = self.capacity
@@ -45,7 +53,7 @@ class BlockArena:
         self.parent = grown(get("parent"), (capacity,), np.int32, NO_BLOCK)
         self.position = grown(get("position"), (capacity,), np.int32, -1)  # block index in its prompt
         self.children = grown(get("children"), (capacity,), np.int32, 0)
-        self.last_access = grown(get("last_access"), (capacity,), np.int64, 0)
+        self.lru_pos = grown(get("lru_pos"), (capacity,), np.int32, -1)  # its current LRU queue entry
         self.alive = grown(get("alive"), (capacity,), np.bool_, 0)
         self.point = grown(get("point"), (capacity,), np.bool_, 0)
         self.prefix_pages = grown(get("prefix_pages"), (capacity, pw), np.int32, NULL_PAGE)
@@ -54,26 +62,8 @@ class BlockArena:
         self.free.extend(range(capacity - 1, old - 1, -1))
         self.capacity = capacity
 
-    def add(self, key: NDArray[np.uint64], parent: int, position: int, prefix_pages: NDArray[np.int32],
-            tick: int) -> int:
-        """A new live block; returns its id."""
-        if not self.free:
-            self._grow(self.capacity * 2)
-        block = self.free.pop()
-        assert not self.alive[block]
-        self.key[block] = key
-        self.parent[block], self.position[block], self.children[block] = parent, position, 0
-        self.last_access[block], self.alive[block], self.point[block] = tick, True, False
-        self.prefix_pages[block] = prefix_pages
-        self.window_pages[block] = NULL_PAGE
-        self.tail_pages[block] = NULL_PAGE
-        if parent != NO_BLOCK:
-            self.children[parent] += 1
-        self.live += 1
-        return block
-
-    def add_chain(self, keys: NDArray[np.uint64], parent: int, position: int, tick: int) -> NDArray[np.int32]:
-        """New live blocks for consecutive keys, each the parent of the next; returns their ids."""
+    def add_chain(self, keys: NDArray[np.uint64], parent: int, position: int) -> NDArray[np.int32]:
+        """New live blocks for consecutive keys, each the parent of the next; returns their ids (untouched)."""
         count = len(keys)
         while len(self.free) < count:
             self._grow(self.capacity * 2)
@@ -86,7 +76,7 @@ class BlockArena:
         self.position[ids] = np.arange(position, position + count, dtype=np.int32)
         self.children[ids] = 1
         self.children[ids[-1]] = 0
-        self.last_access[ids], self.alive[ids], self.point[ids] = tick, True, False
+        self.lru_pos[ids], self.alive[ids], self.point[ids] = -1, True, False
         self.prefix_pages[ids] = NULL_PAGE
         self.window_pages[ids] = NULL_PAGE
         self.tail_pages[ids] = NULL_PAGE
@@ -94,6 +84,40 @@ class BlockArena:
             self.children[parent] += 1
         self.live += count
         return ids
+
+    def touch(self, chain: NDArray[np.int32]) -> None:
+        """Blocks of one chain (root first) were used now: their entries move to the back of the queue.
+
+        Deepest first, so the queue stays ordered children before parents
+        for every block that no live request's chain holds (a live chain is
+        re-touched whole when its request is released).
+        """
+        count = len(chain)
+        if not count:
+            return
+        if self.lru_len + count > len(self.lru_block):
+            self._compact_queue(count)
+        where = np.arange(self.lru_len, self.lru_len + count, dtype=np.int32)
+        self.lru_block[where] = chain[::-1]
+        self.lru_pos[chain[::-1]] = where
+        self.lru_len += count
+
+    def current(self, start: int, end: int) -> NDArray[np.bool_]:
+        """Which queue entries in [start, end) are current (their block's latest touch)."""
+        blocks = self.lru_block[start:end]
+        return np.asarray(self.alive[blocks] & (self.lru_pos[blocks] == np.arange(start, end)))
+
+    def _compact_queue(self, room: int) -> None:
+        """Keep the current entries (in order); grow so that `room` more fit with slack."""
+        keep = self.lru_block[self.lru_head:self.lru_len][self.current(self.lru_head, self.lru_len)]
+        size = max(MIN_QUEUE, len(self.lru_block))
+        while size < 2 * (len(keep) + room):
+            size *= 2
+        if size != len(self.lru_block):
+            self.lru_block = np.zeros(size, np.int32)
+        self.lru_block[:len(keep)] = keep
+        self.lru_pos[keep] = np.arange(len(keep), dtype=np.int32)
+        self.lru_head, self.lru_len = 0, len(keep)
 
     def drop(self, block: int) -> None:
         """Forget a leaf block (its pages were released by the caller)."""
@@ -106,7 +130,21 @@ class BlockArena:
         self.free.append(block)
         self.live -= 1
 
+    def drop_many(self, blocks: NDArray[np.int32]) -> None:
+        """Forget blocks that are leaves once the ones before them in `blocks` are gone (children first)."""
+        if not len(blocks):
+            return
+        assert np.all(self.alive[blocks]), "only live blocks are dropped"
+        parents = self.parent[blocks]
+        parents = parents[parents != NO_BLOCK]
+        np.subtract.at(self.children, parents, 1)
+        assert np.all(self.children[blocks] == 0), "only leaves are dropped"
+        self.alive[blocks] = False
+        self.point[blocks] = False
+        self.free.extend(blocks.tolist())
+        self.live -= len(blocks)
+
     def nbytes(self) -> int:
         return sum(int(a.nbytes) for a in (self.key, self.parent, self.position, self.children,
-                                           self.last_access, self.alive, self.point, self.prefix_pages,
-                                           self.window_pages, self.tail_pages))
+                                           self.lru_pos, self.alive, self.point, self.prefix_pages,
+                                           self.window_pages, self.tail_pages, self.lru_block))

@@ -4,7 +4,9 @@ What commit publishes at length L is exactly what match may return at L
 (FAILURES.md F7): blocks are indexed as soon as they are committed, a prefix
 page is referenced from the index only once complete, and a resume point is
 recorded only with all of its window pages and tail snapshots.  Every page
-move is one bulk lifecycle step per pool.
+move is one bulk lifecycle step per pool; a page the request owns is one whose
+pool records it as the owner (the slot_single_owner invariant), so ownership
+is tested with arrays, not per-page set lookups.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from hkv_core.manager.lease import pin
 from hkv_core.manager.pools import NULL_PAGE, PoolRole
 
 Pages = NDArray[np.int32]
+Ints = NDArray[np.int64]
 
 
 def commit(core: Core, req: RequestState, num_tokens: int) -> None:
@@ -30,18 +33,21 @@ def commit(core: Core, req: RequestState, num_tokens: int) -> None:
     req.computed += num_tokens
     _complete_pages(core, req, before)
     _index_blocks(core, req)
-    _publish_prefix(core, req)
-    _record_points(core, req)
+    chain = np.array(req.chain, np.int32)
+    _publish_prefix(core, req, chain)
+    _record_points(core, req, chain)
     _slide_windows(core, req)
 
 
-def _owned_in_state(core: Core, req: RequestState, pool: int, pages: list[int], state: str) -> Pages:
+def _owned_mask(core: Core, req: RequestState, pool: int, pages: Pages, state: str) -> NDArray[np.bool_]:
+    """Which of `pages` the request owns in `state` (the NULL page is never owned)."""
     p = core.pools[pool]
+    return np.asarray((p.owner[pages] == req.rid) & (p.state[pages] == p.table.state_index[state]))
+
+
+def _owned_in_state(core: Core, req: RequestState, pool: int, pages: list[int], state: str) -> Pages:
     arr = np.array(pages, np.int32)
-    if not arr.size:
-        return arr
-    arr = arr[arr != NULL_PAGE]
-    return np.asarray(arr[(p.owner[arr] == req.rid) & (p.state[arr] == p.table.state_index[state])], np.int32)
+    return arr[_owned_mask(core, req, pool, arr, state)] if arr.size else arr
 
 
 def _complete_pages(core: Core, req: RequestState, before: int) -> None:
@@ -54,15 +60,16 @@ def _complete_pages(core: Core, req: RequestState, before: int) -> None:
         elif info.role is PoolRole.WINDOW:
             complete = table[before // core.block_tokens:req.computed // core.block_tokens]
         else:
-            col = core.by_role[PoolRole.TAIL].index(info.index)
+            col = core.column[info.index]
             complete = [pages[col] for b, pages in req.snapshots.items() if b <= req.computed]
-        core.pools[info.index].step(_owned_in_state(core, req, info.index, complete, "RESERVED"),
-                                    "write_done", req.rid)
+        if complete:
+            core.pools[info.index].step(_owned_in_state(core, req, info.index, complete, "RESERVED"),
+                                        "write_done", req.rid)
 
 
 def _index_blocks(core: Core, req: RequestState) -> None:
+    """Chain the request's newly complete blocks (found indexed or added); only they are touched here."""
     arena, start, blocks = core.arena, len(req.chain), req.computed // core.block_tokens
-    tick = core.advance()
     if blocks > start:
         before = chain_tail(req)
         keys = req.keys[start:blocks]
@@ -71,29 +78,27 @@ def _index_blocks(core: Core, req: RequestState) -> None:
         req.chain.extend(found[:known].tolist())
         if known < len(found):
             parent = req.chain[-1] if req.chain else NO_BLOCK
-            ids = arena.add_chain(keys[known:], parent, start + known, tick)
+            ids = arena.add_chain(keys[known:], parent, start + known)
             core.keys.insert_many(keys[known:], ids)
             req.chain.extend(ids.tolist())
         core.move_chain_tail(before, chain_tail(req))
-    if blocks:
-        arena.last_access[np.array(req.chain[:blocks], np.int32)] = tick
+        arena.touch(np.array(req.chain[start:blocks], np.int32))
 
 
-def _publish_prefix(core: Core, req: RequestState) -> None:
+def _publish_prefix(core: Core, req: RequestState, chain: Pages) -> None:
     """Reference each complete owned prefix page from the blocks that lack one; publish it if used."""
     for pool in core.by_role[PoolRole.PREFIX]:
         spec, col = core.infos[pool].spec, core.column[pool]
         per_page = spec.tokens_per_page // core.block_tokens
-        table = req.tables[pool][:req.computed // spec.tokens_per_page]
-        ready = _owned_in_state(core, req, pool, table, "READY")
-        if not ready.size:
+        table = np.array(req.tables[pool][:req.computed // spec.tokens_per_page], np.int32)
+        at = np.flatnonzero(_owned_mask(core, req, pool, table, "READY")) if table.size else table
+        if not at.size:
             continue
-        index = {page: j for j, page in enumerate(table)}
-        rows = np.array([index[p] for p in ready.tolist()], np.int64)[:, None] * per_page + np.arange(per_page)
-        ids = np.array(req.chain, np.int32)[rows]
+        ready = table[at]
+        ids = chain[at[:, None] * per_page + np.arange(per_page)]
         empty = core.arena.prefix_pages[ids, col] == NULL_PAGE
         core.arena.prefix_pages[ids[empty], col] = np.broadcast_to(ready[:, None], ids.shape)[empty]
-        counts = empty.sum(axis=1).astype(np.int32)
+        counts = np.count_nonzero(empty, axis=1).astype(np.int32)
         core.pools[pool].holders[ready] += counts
         _publish_own(core, req, pool, ready[counts > 0])
 
@@ -107,65 +112,78 @@ def _publish_own(core: Core, req: RequestState, pool: int, pages: Pages) -> None
     pin(core, req, pool, pages)
 
 
-def _record_points(core: Core, req: RequestState) -> None:
+def add_counts(counts: NDArray[np.int32], pages: Pages, delta: int) -> None:
+    """counts[page] += delta for every occurrence of a page in `pages` (repeats add up, like ufunc.at)."""
+    if not pages.size:
+        return
+    low = int(pages.min())
+    bins = np.bincount(pages - low)
+    counts[low:low + len(bins)] += (delta * bins).astype(counts.dtype)
+
+
+def _record_points(core: Core, req: RequestState, chain: Pages) -> None:
     """Index the resume points whose snapshots are due; a point already indexed keeps its own pages."""
     due = sorted(b for b in req.snapshots if b <= req.computed)
     if not due:
         return
     tails = core.by_role[PoolRole.TAIL]
-    blocks = np.array([req.chain[b // core.block_tokens - 1] for b in due], np.int32)
+    blocks = chain[np.array(due, np.int64) // core.block_tokens - 1]
     snaps = np.array([req.snapshots.pop(b) for b in due], np.int32).reshape(len(due), len(tails))
-    fresh = ~core.arena.point[blocks] & _windows_publishable(core, req, due)
+    spans = {pool: _window_spans(core, pool, due) for pool in core.by_role[PoolRole.WINDOW]}
+    fresh = ~core.arena.point[blocks] & _windows_publishable(core, req, chain, spans, len(due))
     for col, pool in enumerate(tails):
         core.pools[pool].step(snaps[~fresh, col], "abort", req.rid)
         core.pools[pool].step(snaps[fresh, col], "publish", req.rid)
         req.owned[pool].difference_update(snaps[:, col].tolist())
         core.arena.tail_pages[blocks[fresh], col] = snaps[fresh, col]
-        np.add.at(core.pools[pool].holders, snaps[fresh, col], 1)
-    for pool in core.by_role[PoolRole.WINDOW]:
-        _hold_windows(core, req, pool, [b for b, f in zip(due, fresh.tolist(), strict=True) if f])
+        core.pools[pool].holders[snaps[fresh, col]] += 1  # one snapshot page per point: distinct
+    for pool, (ks, point) in spans.items():
+        keep = fresh[point]
+        _hold_windows(core, req, pool, chain, ks[keep])
     core.arena.point[blocks[fresh]] = True
 
 
-def _window_blocks(core: Core, pool: int, boundary: int) -> NDArray[np.int64]:
-    return np.arange(core.window_first_block(pool, boundary), boundary // core.block_tokens)
+def _window_spans(core: Core, pool: int, due: list[int]) -> tuple[Ints, Ints]:
+    """Blocks whose window pages the points at `due` read (concatenated), and the point of each."""
+    spans = [np.arange(core.window_first_block(pool, b), b // core.block_tokens) for b in due]
+    return np.concatenate(spans), np.repeat(np.arange(len(due)), [len(k) for k in spans])
 
 
-def _windows_publishable(core: Core, req: RequestState, due: list[int]) -> NDArray[np.bool_]:
+def _windows_publishable(core: Core, req: RequestState, chain: Pages, spans: dict[int, tuple[Ints, Ints]],
+                         points: int) -> NDArray[np.bool_]:
     """Per due point: every window page it would index is the request's own or still PUBLISHED.
 
     A window page the request pins can have been retired meanwhile (an evicted
     point held it); the index never references a retired page again, so such
     a point is not recorded (retention is best effort).
     """
-    ok = np.ones(len(due), np.bool_)
-    chain = np.array(req.chain, np.int32)
-    for pool in core.by_role[PoolRole.WINDOW]:
+    ok = np.ones(points, np.bool_)
+    for pool, (ks, point) in spans.items():
         p, col, table = core.pools[pool], core.column[pool], np.array(req.tables[pool], np.int32)
-        spans = [_window_blocks(core, pool, b) for b in due]
-        ks = np.concatenate(spans)
         have, mine = core.arena.window_pages[chain[ks], col], table[ks]
         bad = (have == NULL_PAGE) & (mine != NULL_PAGE) & (p.state[mine] != p.published) & (p.owner[mine] != req.rid)
-        point = np.repeat(np.arange(len(due)), [len(k) for k in spans])
-        ok &= np.bincount(point[bad], minlength=len(due)) == 0
+        if np.count_nonzero(bad):
+            ok &= np.bincount(point[bad], minlength=points) == 0
     return ok
 
 
-def _hold_windows(core: Core, req: RequestState, pool: int, boundaries: list[int]) -> None:
-    """Each new point holds one reference on every window page it needs."""
-    if not boundaries:
+def _hold_windows(core: Core, req: RequestState, pool: int, chain: Pages, ks: Ints) -> None:
+    """Each new point holds one reference on every window page it needs (`ks`: their blocks, per point)."""
+    if not ks.size:
         return
     col = core.column[pool]
-    ks = np.concatenate([_window_blocks(core, pool, b) for b in boundaries])
-    ids = np.array(req.chain, np.int32)[ks]
+    ids = chain[ks]
     have = core.arena.window_pages[ids, col]
-    mine = np.array(req.tables[pool], np.int32)[ks]
+    table = np.array(req.tables[pool], np.int32)
+    mine = table[ks]
     need = have == NULL_PAGE
-    assert np.all(mine[need] != NULL_PAGE), "a recorded point's window page was released early"
+    assert not np.count_nonzero(mine[need] == NULL_PAGE), "a recorded point's window page was released early"
     core.arena.window_pages[ids[need], col] = mine[need]
-    pages = np.where(need, mine, have)
-    np.add.at(core.pools[pool].holders, pages, 1)
-    _publish_own(core, req, pool, _owned_in_state(core, req, pool, np.unique(pages).tolist(), "READY"))
+    add_counts(core.pools[pool].holders, np.where(need, mine, have), 1)
+    blocks = np.zeros(len(table), np.bool_)
+    blocks[ks[need]] = True
+    own = table[blocks]  # each newly indexed page once (points' spans may overlap)
+    _publish_own(core, req, pool, own[_owned_mask(core, req, pool, own, "READY")])
 
 
 def _slide_windows(core: Core, req: RequestState) -> None:
@@ -174,21 +192,23 @@ def _slide_windows(core: Core, req: RequestState) -> None:
     for pool in core.by_role[PoolRole.WINDOW]:
         keep_from = min([core.window_first_block(pool, req.computed)]
                         + [core.window_first_block(pool, b) for b in pending])
-        table, owned = req.tables[pool], req.owned[pool]
-        floor = req.window_floor.get(pool, 0)
-        gone = [k for k in range(floor, min(keep_from, len(table))) if table[k] != NULL_PAGE]
-        req.window_floor[pool] = max(floor, min(keep_from, len(table)))
-        aborts = np.array([table[k] for k in gone if table[k] in owned], np.int32)
-        unpins = np.array([table[k] for k in gone if table[k] not in owned], np.int32)
+        table = req.tables[pool]
+        floor, top = req.window_floor.get(pool, 0), min(keep_from, len(table))
+        req.window_floor[pool] = max(floor, top)
+        if top <= floor:
+            continue
+        gone = np.array(table[floor:top], np.int32)
+        gone = gone[gone != NULL_PAGE]
+        mine = core.pools[pool].owner[gone] == req.rid
+        aborts = gone[mine]
         core.pools[pool].step(aborts, "abort", req.rid)
-        owned.difference_update(aborts.tolist())
-        unpin(core, req, pool, unpins)
-        for k in gone:
-            table[k] = NULL_PAGE
+        req.owned[pool].difference_update(aborts.tolist())
+        unpin(core, req, pool, gone[~mine])
+        table[floor:top] = [NULL_PAGE] * (top - floor)
 
 
 def unpin(core: Core, req: RequestState, pool: int, pages: Pages) -> None:
-    """Drop the request's pins on `pages`; reclaim retired pages nobody holds any more."""
+    """Drop the request's pins on distinct `pages`; reclaim retired pages nobody holds any more."""
     if not pages.size:
         return
     core.pools[pool].step(pages, "unpin", req.rid, leased_by_actor=True)
@@ -200,7 +220,9 @@ def unpin(core: Core, req: RequestState, pool: int, pages: Pages) -> None:
 
 def reclaim_retired(core: Core, pool: int, pages: Pages) -> None:
     p = core.pools[pool]
-    if "RETIRED" not in p.table.state_index:
+    state = p.table.state_index.get("RETIRED")
+    if state is None:
         return
-    retired = pages[(p.state[pages] == p.table.state_index["RETIRED"]) & (p.leases[pages] == 0)]
-    p.step(np.unique(retired), "reclaim")
+    retired = pages[(p.state[pages] == state) & (p.leases[pages] == 0)]
+    if retired.size:
+        p.step(np.unique(retired), "reclaim")

@@ -66,19 +66,14 @@ class Core:
         self.pool_index = {info.name: info.index for info in self.infos}
         self.window_tokens = {i.index: _window_of(layout, i) for i in self.infos}
         self.arena = BlockArena(*(len(self.by_role[r]) for r in PoolRole))
-        self.keys = KeyTable()
+        self.keys = KeyTable(self.arena)  # ids only; keys are read from arena.key
         self.hasher = BlockHasher(block_tokens=layout.block_tokens, seed=config.seed)
         self.requests: dict[int, RequestState] = {}
         self.chain_tails: Counter[int] = Counter()  # last block of each live request's chain -> requests
         self.next_rid = 0
-        self.tick = 0
         page_tokens = [self.infos[i].spec.tokens_per_page for i in self.by_role[PoolRole.PREFIX]]
         self.lcm_tokens = math.lcm(layout.block_tokens, *page_tokens)
         self.stats: dict[str, int] = {"evicted_blocks": 0, "evicted_points": 0, "copies": 0}
-
-    def advance(self) -> int:
-        self.tick += 1
-        return self.tick
 
     def request(self, rid: int) -> RequestState:
         return self.requests[rid]
@@ -142,16 +137,15 @@ def clone_core(core: Core) -> Core:
     for name in ARENA_COLUMNS:
         setattr(twin.arena, name, getattr(core.arena, name).copy())
     twin.arena.free = list(core.arena.free)
-    twin.keys = copy.copy(core.keys)
-    twin.keys.hi, twin.keys.lo, twin.keys.ids = core.keys.hi.copy(), core.keys.lo.copy(), core.keys.ids.copy()
+    twin.keys = core.keys.clone(twin.arena)
     twin.requests = {rid: _clone_request(r) for rid, r in core.requests.items()}
     twin.chain_tails = Counter(core.chain_tails)
     twin.stats = dict(core.stats)
     return twin
 
 
-ARENA_COLUMNS = ("key", "parent", "position", "children", "last_access", "alive", "point", "prefix_pages",
-                 "window_pages", "tail_pages")
+ARENA_COLUMNS = ("key", "parent", "position", "children", "lru_pos", "alive", "point", "prefix_pages",
+                 "window_pages", "tail_pages", "lru_block")
 
 
 def _clone_request(req: RequestState) -> RequestState:

@@ -2,9 +2,11 @@
 
 Units are resume points (their tail snapshots and their references on window
 pages) and leaf blocks (their prefix-page references).  A block is only
-evicted as a leaf, so the tail of a chain goes before its head and no retained
-resume point ever loses a page it needs: the point is dropped first, and a
-window page is retired only when no point references it.
+evicted as a leaf, and never while it ends a live request's chain, so the tail
+of a chain goes before its head, no request's chain loses a block, and no
+retained resume point ever loses a page it needs: the point is dropped first,
+and a window page is retired only when no point references it.  The order
+comes from the arena's LRU queue, consumed lazily (no sort per eviction).
 
 Eviction for an allocation is planned first on a virtual copy of the
 reference counts; it is carried out only if it frees enough pages in every
@@ -13,17 +15,19 @@ pool the allocation needs, so a failed allocation evicts nothing (F8).
 
 from __future__ import annotations
 
-import heapq
 from collections import Counter
 from collections.abc import Callable
 
 import attrs
 import numpy as np
+from numpy.typing import NDArray
 
 from hkv_core.manager.core import Core
 from hkv_core.manager.pools import NULL_PAGE, PoolRole
 
 Ref = tuple[int, int]  # (pool, page)
+Pages = NDArray[np.int32]
+QUEUE_CHUNK = 256  # LRU queue entries screened per NumPy step
 
 
 @attrs.define
@@ -38,21 +42,13 @@ class Virtual:
     units: list[int] = attrs.field(factory=list)
 
 
-def _pinned(core: Core, block: int) -> bool:
-    a = core.arena
+def _pinned_mask(core: Core, blocks: NDArray[np.int32]) -> NDArray[np.bool_]:
+    """Per block: does a lease pin one of its prefix pages or its tail snapshots?"""
+    a, pinned = core.arena, np.zeros(len(blocks), np.bool_)
     for role, column in ((PoolRole.PREFIX, a.prefix_pages), (PoolRole.TAIL, a.tail_pages)):
         for col, pool in enumerate(core.by_role[role]):
-            page = int(column[block, col])
-            if page != NULL_PAGE and core.pools[pool].leases[page] > 0:
-                return True
-    return False
-
-
-def candidates(core: Core) -> np.ndarray:
-    """Units in LRU order (oldest first, deeper first on ties)."""
-    a = core.arena
-    ids = np.flatnonzero(a.alive & ((a.children == 0) | a.point))
-    return ids[np.lexsort((-a.position[ids], a.last_access[ids]))]
+            pinned |= core.pools[pool].leases[column[blocks, col]] > 0  # the NULL page is never pinned
+    return pinned
 
 
 def _point_refs(core: Core, block: int) -> list[tuple[Ref, str]]:
@@ -75,12 +71,14 @@ def _block_refs(core: Core, block: int) -> list[tuple[Ref, str]]:
 
 
 def _unit(core: Core, v: Virtual, block: int) -> list[tuple[Ref, str]] | None:
-    """The references a unit drops (and mark it in `v`), or None when it cannot go now."""
+    """The references an unpinned unit drops (and mark it in `v`), or None when it cannot go now.
+
+    A block goes only as a leaf (every child already gone) that ends no live
+    request's chain; its resume point can go on its own.
+    """
     a = core.arena
-    if block in v.gone or _pinned(core, block):
-        return None
-    has_point = bool(a.point[block]) and block not in v.no_point
-    leaf = int(a.children[block]) - v.children[block] == 0 and block not in core.chain_tails
+    has_point = bool(a.point[block])
+    leaf = int(a.children[block]) == v.children[block] and block not in core.chain_tails
     if not has_point and not leaf:
         return None
     refs = _point_refs(core, block) if has_point else []
@@ -103,19 +101,28 @@ def _count(core: Core, v: Virtual, refs: list[tuple[Ref, str]]) -> None:
 
 
 def _walk(core: Core, v: Virtual, enough: Callable[[Virtual], bool]) -> None:
-    """Plan units in exact LRU order until `enough(v)`; parents join as their children go."""
-    a = core.arena
-    heap = [(int(a.last_access[b]), -int(a.position[b]), b) for b in candidates(core).tolist()]
-    heapq.heapify(heap)
-    while heap and not enough(v):
-        _, _, block = heapq.heappop(heap)
-        refs = _unit(core, v, block)
-        if refs is None:
-            continue
-        _count(core, v, refs)
-        parent = int(a.parent[block])
-        if block in v.gone and parent >= 0 and int(a.children[parent]) == v.children[parent]:
-            heapq.heappush(heap, (int(a.last_access[parent]), -int(a.position[parent]), parent))
+    """Plan units in exact LRU order until `enough(v)`, reading the arena's LRU queue in chunks.
+
+    The queue is ordered by last use, deeper first, and every child's entry
+    comes before its parent's (blocks of live chains excepted: they never go),
+    so by the time a block is reached it is a leaf if it ever will be.
+    """
+    a, start = core.arena, core.arena.lru_head
+    leading_stale = True
+    while start < a.lru_len and not enough(v):
+        end = min(start + QUEUE_CHUNK, a.lru_len)
+        current = a.current(start, end)
+        if leading_stale:
+            first = int(np.argmax(current)) if current.any() else end - start
+            a.lru_head, leading_stale = start + first, first == end - start
+        blocks = a.lru_block[start:end][current]
+        for block in blocks[~_pinned_mask(core, blocks)].tolist():
+            refs = _unit(core, v, block)
+            if refs is not None:
+                _count(core, v, refs)
+                if enough(v):
+                    return
+        start = end
 
 
 def plan(core: Core, needs: dict[int, int]) -> Virtual | None:
@@ -132,24 +139,27 @@ def plan(core: Core, needs: dict[int, int]) -> Virtual | None:
 
 
 def apply(core: Core, v: Virtual) -> None:
-    """Carry out a planned eviction: drop points and blocks, then release pages in bulk per pool."""
-    a, refs = core.arena, list[tuple[Ref, str]]()
-    window_slots = list[tuple[int, int, int]]()  # (block, pool, page) whose window reference goes
-    for block in v.units:
-        if a.point[block]:
-            refs += _point_refs(core, block)
-            window_slots += _window_slots(core, block)
-            a.point[block] = False
-            a.tail_pages[block] = NULL_PAGE
-            core.stats["evicted_points"] += 1
-        if a.children[block] == 0 and block in v.gone:
-            refs += _block_refs(core, block)
-            key = a.key[block]
-            assert core.keys.remove(int(key[0]), int(key[1])) == block
-            a.drop(block)
-            core.stats["evicted_blocks"] += 1
-    freed = _release_refs(core, refs)
-    for block, pool, page in window_slots:
+    """Carry out a planned eviction: drop points, then blocks, then release pages in bulk per pool."""
+    a, units = core.arena, np.array(v.units, np.int32)
+    drops: dict[tuple[int, str], list[Pages]] = {}
+    points = units[a.point[units]]
+    slots = [s for block in points.tolist() for s in _window_slots(core, block)]
+    for (pool, page), event in (r for block in points.tolist() for r in _point_refs(core, block)):
+        drops.setdefault((pool, event), []).append(np.array([page], np.int32))
+    a.point[points] = False
+    a.tail_pages[points] = NULL_PAGE
+    gone = np.array([b for b in v.units if b in v.gone], np.int32)
+    for col, pool in enumerate(core.by_role[PoolRole.PREFIX]):
+        pages = a.prefix_pages[gone, col]
+        drops.setdefault((pool, "evict"), []).append(pages[pages != NULL_PAGE])
+    for block in gone.tolist():
+        key = a.key[block]
+        assert core.keys.remove(int(key[0]), int(key[1])) == block
+    a.drop_many(gone)
+    core.stats["evicted_points"] += len(points)
+    core.stats["evicted_blocks"] += len(gone)
+    freed = _release_refs(core, {k: np.concatenate(v) for k, v in drops.items()})
+    for block, pool, page in slots:
         if (pool, page) in freed:
             a.window_pages[block, core.column[pool]] = NULL_PAGE
 
@@ -165,17 +175,16 @@ def _window_slots(core: Core, block: int) -> list[tuple[int, int, int]]:
     return out
 
 
-def _release_refs(core: Core, refs: list[tuple[Ref, str]]) -> set[Ref]:
+def _release_refs(core: Core, drops: dict[tuple[int, str], Pages]) -> set[Ref]:
     """Drop index references; pages whose last reference went are evicted (or retired). Returns them."""
     freed: set[Ref] = set()
-    by_pool: dict[tuple[int, str], list[int]] = {}
-    for (pool, page), event in refs:
-        by_pool.setdefault((pool, event), []).append(page)
-    for (pool, event), pages in by_pool.items():
-        p, arr = core.pools[pool], np.array(pages, np.int32)
-        np.subtract.at(p.holders, arr, 1)
-        assert np.all(p.holders[arr] >= 0)
-        gone = np.unique(arr[p.holders[arr] == 0])
+    for (pool, event), pages in drops.items():
+        if not pages.size:
+            continue
+        p = core.pools[pool]
+        np.subtract.at(p.holders, pages, 1)
+        assert np.all(p.holders[pages] >= 0)
+        gone = np.unique(pages[p.holders[pages] == 0])
         p.step(gone, event)
         if event == "retire":
             p.step(gone[p.leases[gone] == 0], "reclaim")

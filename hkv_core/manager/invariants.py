@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from hkv_core.errors import HkvError
+from hkv_core.manager.arena import NO_BLOCK
 from hkv_core.manager.core import Core
 from hkv_core.manager.pools import NULL_PAGE, PoolRole
 
@@ -156,8 +157,25 @@ def slot_single_owner(core: Core) -> list[str]:
     return out
 
 
+def _lru_queue_ordered(core: Core) -> list[str]:
+    """Eviction can reach every block: each has a current queue entry, after its children's (live chains aside)."""
+    a = core.arena
+    alive = np.flatnonzero(a.alive)
+    pos = a.lru_pos[alive]
+    lost = alive[(pos < a.lru_head) | (pos >= a.lru_len) | (a.lru_block[np.clip(pos, 0, None)] != alive)]
+    if lost.size:
+        return [f"blocks {lost.tolist()[:8]} have no current LRU queue entry"]
+    live = np.zeros(len(a.alive), np.bool_)
+    for req in core.requests.values():
+        live[req.chain] = True
+    child = alive[(a.parent[alive] != NO_BLOCK)]
+    parent = a.parent[child]
+    late = child[~live[parent] & (a.lru_pos[child] > a.lru_pos[parent])]
+    return [f"block {b} comes after its parent {a.parent[b]} in the LRU queue" for b in late.tolist()[:8]]
+
+
 def no_slot_leak(core: Core) -> list[str]:
-    out = []
+    out = _lru_queue_ordered(core)
     for pool, p in enumerate(core.pools):
         free = np.zeros(len(p.state), np.bool_)
         free[p.free] = True

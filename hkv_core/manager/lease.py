@@ -45,7 +45,7 @@ def acquire(core: Core, req: RequestState, hit: Hit) -> None:
     core.move_chain_tail(before, chain_tail(req))
     req.computed = req.allocated = req.hit_tokens = hit.tokens
     req.hit_pages = {core.pool_index[n]: p.copy() for n, p in hit.pages.items()}
-    core.arena.last_access[hit.block_ids] = core.advance()
+    core.arena.touch(hit.block_ids)
     for info in core.infos:
         got = hit.pages[info.name].tolist() if info.name in hit.pages else []
         if info.role is PoolRole.PREFIX:

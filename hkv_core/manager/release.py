@@ -5,16 +5,22 @@ from __future__ import annotations
 import numpy as np
 
 from hkv_core.manager.arena import NO_BLOCK
-from hkv_core.manager.commit import unpin
+from hkv_core.manager.commit import reclaim_retired
 from hkv_core.manager.core import Core, RequestState, chain_tail
 
 
 def release(core: Core, req: RequestState) -> None:
-    for pool in range(len(core.infos)):
-        unpin(core, req, pool, np.array(sorted(req.pinned_versions[pool]), np.int32))
-        owned = np.array(sorted(req.owned[pool]), np.int32)
-        core.pools[pool].step(owned, "abort", req.rid)
-        req.owned[pool].clear()
+    for pool, p in enumerate(core.pools):
+        pins, owned = req.pinned_versions[pool], req.owned[pool]
+        if pins:
+            pinned = np.fromiter(pins, np.int32, len(pins))
+            p.step(pinned, "unpin", req.rid, leased_by_actor=True)
+            pins.clear()
+            reclaim_retired(core, pool, pinned)
+        if owned:
+            p.step(np.fromiter(owned, np.int32, len(owned)), "abort", req.rid)
+            owned.clear()
     req.snapshots.clear()
+    core.arena.touch(np.array(req.chain, np.int32))  # its whole chain was in use until now (LRU order)
     core.move_chain_tail(chain_tail(req), NO_BLOCK)
     del core.requests[req.rid]

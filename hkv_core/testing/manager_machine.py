@@ -148,7 +148,7 @@ def full_snapshot(core: Core) -> Snapshot:
     a = core.arena
     pools = tuple((tuple(p.free), p.state.tobytes(), p.version.tobytes(), p.holders.tobytes(),
                    p.frozen.tobytes()) for p in core.pools)
-    index = tuple(x.tobytes() for x in (a.alive, a.point, a.parent, a.children, a.last_access, a.prefix_pages,
+    index = tuple(x.tobytes() for x in (a.alive, a.point, a.parent, a.children, a.lru_pos, a.prefix_pages,
                                         a.window_pages, a.tail_pages))
     return pins_snapshot(core), pools, index, core.keys.count, tuple(sorted(core.stats.items()))
 

@@ -24,7 +24,7 @@ def test_release_that_forgets_to_unpin_is_caught(monkeypatch: pytest.MonkeyPatch
 
 
 def test_eviction_of_pinned_pages_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(evict, "_pinned", lambda core, block: False)
+    monkeypatch.setattr(evict, "_pinned_mask", lambda core, blocks: np.zeros(len(blocks), np.bool_))
     found = dict(check_implementation(ImplCheckConfig(max_depth=6)).violations)
     # the lifecycle table refuses to evict a pinned page (guard `unpinned`), half-way through an
     # eviction: the checker reports the half-done call with its trace
