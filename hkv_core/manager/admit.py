@@ -28,9 +28,9 @@ def add_request(core: Core, tokens: ArrayLike, extra: ExtraKeys) -> int:
 
 def append_tokens(core: Core, req: RequestState, tokens: ArrayLike) -> None:
     """Extend a request (decode); new complete blocks get keys chained to the last one."""
-    more = checked_tokens(np.asarray(tokens))  # InvalidTokens before anything changes
-    joined = np.concatenate([req.tokens, more.astype(np.int64)])
+    more = checked_tokens(np.asarray(tokens)).astype(np.int64)  # InvalidTokens before anything changes
     done = len(req.keys) * core.block_tokens
+    open_block = np.concatenate([req.tokens[done:], more])  # the tokens after the last complete block
     parent = req.keys[-1].astype("<u8").tobytes() if len(req.keys) else None
-    keys = core.hasher.hash_blocks(joined[done:], req.extra, parent=parent, start_block=len(req.keys))
-    req.tokens, req.keys = joined, np.concatenate([req.keys, keys])
+    keys = core.hasher.hash_blocks(open_block, req.extra, parent=parent, start_block=len(req.keys))
+    req.extend(more, keys)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import math
 from collections import Counter
+from typing import Any
 
 import attrs
 import numpy as np
@@ -45,6 +46,24 @@ class RequestState:
     owned: list[set[int]] = attrs.field(factory=list)  # per pool: pages it owns (unpublished)
     snapshots: dict[int, list[int]] = attrs.field(factory=dict)  # boundary -> page per tail pool
     window_floor: dict[int, int] = attrs.field(factory=dict)  # per window pool: blocks below are dropped
+    token_room: NDArray[np.int64] | None = None  # `tokens` is a prefix view of it while decoding
+    key_room: NDArray[np.uint64] | None = None  # `keys` likewise
+
+    def extend(self, tokens: NDArray[np.int64], keys: NDArray[np.uint64]) -> None:
+        """Append decoded tokens and their new block keys in amortized O(new) (no copy of the context)."""
+        self.tokens, self.token_room = appended(self.tokens, self.token_room, tokens)
+        self.keys, self.key_room = appended(self.keys, self.key_room, keys)
+
+
+def appended(view: NDArray[Any], room: NDArray[Any] | None,
+             more: NDArray[Any]) -> tuple[NDArray[Any], NDArray[Any]]:
+    """`view` + `more` as a prefix view of `room` (reallocated, doubling, only when full)."""
+    n, m = len(view), len(more)
+    if room is None or n + m > len(room):
+        room = np.empty((max(64, 2 * (n + m)), *view.shape[1:]), view.dtype)
+        room[:n] = view
+    room[n:n + m] = more
+    return room[:n + m], room
 
 
 def chain_tail(req: RequestState) -> int:
@@ -149,8 +168,9 @@ ARENA_COLUMNS = ("key", "parent", "position", "children", "lru_pos", "alive", "p
 
 
 def _clone_request(req: RequestState) -> RequestState:
-    """Token and key arrays are replaced, never written in place, so they are shared."""
-    return attrs.evolve(req, chain=list(req.chain), pinned_versions=[dict(d) for d in req.pinned_versions],
+    """Token and key arrays are copied: decoding appends in place into their room."""
+    return attrs.evolve(req, tokens=req.tokens.copy(), keys=req.keys.copy(), token_room=None, key_room=None,
+                        chain=list(req.chain), pinned_versions=[dict(d) for d in req.pinned_versions],
                         hit_pages=dict(req.hit_pages), tables=[list(t) for t in req.tables],
                         owned=[set(o) for o in req.owned], snapshots={b: list(p) for b, p in req.snapshots.items()},
                         window_floor=dict(req.window_floor))
