@@ -178,11 +178,10 @@ def _checked_tokens(tokens: object) -> np.ndarray:
     """Return ``tokens`` if it is a 1-D integer array of ids in [0, 2**31); else raise InvalidTokens."""
     if not isinstance(tokens, np.ndarray):
         raise InvalidTokens(f"must be a numpy array, got {type(tokens).__name__}", dtype=None, shape=None)
-    dtype, shape = str(tokens.dtype), tuple(int(s) for s in tokens.shape)
     if tokens.dtype.kind not in "iu":
-        raise InvalidTokens(f"dtype must be an integer type, got {dtype}", dtype=dtype, shape=shape)
+        raise _invalid(tokens, f"dtype must be an integer type, got {tokens.dtype}")
     if tokens.ndim != 1:
-        raise InvalidTokens(f"must be 1-D, got {tokens.ndim}-D", dtype=dtype, shape=shape)
+        raise _invalid(tokens, f"must be 1-D, got {tokens.ndim}-D")
     if tokens.size == 0:
         return tokens
     bits = 8 * tokens.dtype.itemsize
@@ -193,10 +192,14 @@ def _checked_tokens(tokens: object) -> np.ndarray:
         if int(as_unsigned.max()) > limit:  # one pass: negative ids wrap to huge values
             bad = np.flatnonzero((tokens < 0) | (tokens >= TOKEN_ID_LIMIT))
             first = int(bad[0])
-            raise InvalidTokens(
-                f"token ids must lie in [0, 2**31); {bad.size} do not, the first at index {first}: "
-                f"{int(tokens[first])}", dtype=dtype, shape=shape)
+            raise _invalid(tokens, f"token ids must lie in [0, 2**31); {bad.size} do not, the first at index "
+                                   f"{first}: {int(tokens[first])}")
     return tokens
+
+
+def _invalid(tokens: np.ndarray, why: str) -> InvalidTokens:
+    """The error for a bad token array, with its dtype and shape (built only on the error path)."""
+    return InvalidTokens(why, dtype=str(tokens.dtype), shape=tuple(int(s) for s in tokens.shape))
 
 
 def _token_bytes(tokens: np.ndarray) -> bytes:
