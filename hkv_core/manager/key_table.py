@@ -1,101 +1,201 @@
 """An open-addressing hash table from 128-bit block keys to block ids, in NumPy.
 
-Lookups are vectorized over a whole prompt's keys (a 65,536-block prompt is
-one probe loop over arrays, not a Python loop per block).  Linear probing,
-power-of-two capacity, load factor kept at most 1/2, tombstones on removal.
+The table stores only block ids (int32: 4 bytes a slot, 8 bytes a block at the
+maximum load of 1/2).  The keys live in the block arena's `key` column, and a
+probe compares a slot by gathering `source.key[id]`.  So a block's key must be
+in its arena row before the block is inserted, and the block must be removed
+before its arena row is recycled.  The key column is read afresh on every
+call, because the arena reallocates it when it grows.
+
+Linear probing from the home slot `lo & (capacity - 1)`, power-of-two
+capacity, load kept at most 1/2 (the table doubles before an insert would pass
+it).  Removal is backward-shift deletion rather than tombstones: the entries
+after the hole move back while each stays at or after its home slot, so probe
+chains stay as short as a fresh table's under any insert/evict churn, a lookup
+always stops at the first empty slot, and no same-capacity rehash is needed.
+
+Lookups and inserts are vectorized over a whole prompt's keys: a round probes
+a window of slots per pending key with a few array operations laid out
+(window slots, keys), so each operation runs along the keys.  Large batches
+probe one slot a round (the window would multiply the gathered bytes); once
+at most `BULK_KEYS` keys are left a round reads `WINDOW_SLOTS` slots, which
+settles nearly every key at load 1/2.  In an insert round the keys that reach
+the same empty slot are told apart by a scatter into a scratch array (each
+writes its index at its slot; the one that reads its own index back wins).
+The last `SCALAR_KEYS` keys of a long chain finish in a plain Python loop, so
+the tail of the chain-length distribution costs a few scalar probes rather
+than an array round each.
 """
 
 from __future__ import annotations
+
+import copy
+from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
 EMPTY = -1
-TOMBSTONE = -2
+PENDING = -2  # a probe round's verdict for a key whose window holds neither it nor an empty slot
 MIN_CAPACITY = 1024
 MAX_LOAD_NUM, MAX_LOAD_DEN = 1, 2
+WINDOW_SLOTS = 8  # slots a round reads per key once at most BULK_KEYS keys are pending
+BULK_KEYS = 2048
+SCALAR_KEYS = 8  # pending keys at or below this count finish in a Python loop
+OFFSETS = np.arange(WINDOW_SLOTS, dtype=np.intp)[:, None]
+
+
+class KeySource(Protocol):
+    """Whatever holds each block's key: row `id` of `key`, shape (blocks, 2) uint64 [hi, lo]."""
+
+    @property
+    def key(self) -> NDArray[np.uint64]: ...
 
 
 class KeyTable:
-    """Maps keys (hi, lo uint64 words) to non-negative int32 ids."""
+    """Maps keys (hi, lo uint64 words) to non-negative int32 ids whose keys `source` holds."""
 
-    def __init__(self, capacity: int = MIN_CAPACITY) -> None:
+    def __init__(self, source: KeySource, capacity: int = MIN_CAPACITY) -> None:
         assert capacity >= MIN_CAPACITY and capacity & (capacity - 1) == 0, "power-of-two capacity"
+        self.source = source
         self._alloc(capacity)
-        self.count = 0
 
     def _alloc(self, capacity: int) -> None:
-        self.hi = np.zeros(capacity, np.uint64)
-        self.lo = np.zeros(capacity, np.uint64)
         self.ids = np.full(capacity, EMPTY, np.int32)
-        self.mask = np.uint64(capacity - 1)
-        self.used = 0  # live entries + tombstones
+        self.mask = capacity - 1
+        self.count = 0
+
+    def clone(self, source: KeySource) -> KeyTable:
+        """An independent copy reading keys from `source` (a copy of this table's source)."""
+        twin = copy.copy(self)
+        twin.source, twin.ids = source, self.ids.copy()
+        return twin
+
+    def _home(self, lo: NDArray[np.uint64]) -> NDArray[np.intp]:
+        home: NDArray[np.intp] = lo.view(np.intp) & self.mask
+        return home
+
+    def _window(self, slot: NDArray[np.intp], width: int) -> NDArray[np.int32]:
+        """Ids in slots slot, slot + 1, ... (width, keys); wraps around the end."""
+        window: NDArray[np.int32] = self.ids.take(slot + OFFSETS[:width], mode="wrap")
+        return window
 
     def lookup(self, keys: NDArray[np.uint64]) -> NDArray[np.int32]:
         """Ids of `keys` (shape (n, 2)), EMPTY where absent."""
-        assert keys.ndim == 2 and keys.shape[1] == 2
+        assert keys.ndim == 2 and keys.shape[1] == 2 and keys.dtype == np.uint64
         out = np.full(len(keys), EMPTY, np.int32)
-        todo = np.arange(len(keys))
-        slot = keys[:, 1] & self.mask
-        while todo.size:
-            ids = self.ids[slot]
-            hit = (ids >= 0) & (self.lo[slot] == keys[todo, 1]) & (self.hi[slot] == keys[todo, 0])
-            out[todo[hit]] = ids[hit]
-            more = ~hit & (ids != EMPTY)
-            todo, slot = todo[more], (slot[more] + np.uint64(1)) & self.mask
+        todo, slot = np.arange(len(keys)), self._home(keys[:, 1])
+        wanted, rows = _as_rows(keys), _as_rows(self.source.key)
+        while todo.size > SCALAR_KEYS:
+            width = 1 if todo.size > BULK_KEYS else WINDOW_SLOTS
+            every = len(todo) == len(out)  # the first round: spare the copies
+            found = self._probe(rows, wanted if every else wanted.take(todo), slot, width)
+            out[slice(None) if every else todo] = found
+            keep = np.flatnonzero(found == PENDING)
+            todo, slot = todo.take(keep), slot.take(keep) + width
+        for i, start in zip(todo.tolist(), slot.tolist(), strict=True):
+            out[i] = self._find(int(keys[i, 0]), int(keys[i, 1]), start & self.mask)[1]
         return out
 
+    def _probe(self, rows: NDArray[np.void], keys: NDArray[np.void], slot: NDArray[np.intp],
+               width: int) -> NDArray[np.int32]:
+        """One round over `width` slots from `slot` per key: its id, EMPTY when absent (an empty
+        slot ends its chain first), PENDING when the window holds neither."""
+        window = self._window(slot, width)
+        same = rows.take(window, mode="wrap").view(np.uint64) == keys.view(np.uint64)
+        hit = same.view(np.uint16) == 0x0101  # both words equal (a hit at an EMPTY slot is moot)
+        code = window >> 31  # -1 at empty slots, 0 elsewhere
+        np.invert(code, out=code)
+        code -= 1  # EMPTY at empty slots, PENDING elsewhere
+        np.copyto(code, window, where=hit)
+        found: NDArray[np.int32] = code.max(axis=0) if width > 1 else code[0]
+        return found  # max: an id > EMPTY (the window's empty slots) > PENDING (its other slots)
+
+    def _find(self, hi: int, lo: int, slot: int) -> tuple[int, int]:
+        """(slot, id) of the key probing from `slot`; (the empty slot ending the chain, EMPTY) if absent."""
+        table, stored, mask = self.ids, self.source.key, self.mask
+        while (found := table.item(slot)) != EMPTY:
+            if stored.item(found, 1) == lo and stored.item(found, 0) == hi:
+                return slot, found
+            slot = (slot + 1) & mask
+        return slot, EMPTY
+
     def insert(self, hi: int, lo: int, block_id: int) -> None:
-        """Add one key (absent by contract)."""
-        assert block_id >= 0
-        if (self.used + 1) * MAX_LOAD_DEN > len(self.ids) * MAX_LOAD_NUM:
-            self._rehash(len(self.ids) * (2 if self.count * 4 > len(self.ids) else 1))
-        slot = int(lo) & int(self.mask)
-        while self.ids[slot] >= 0:
-            slot = (slot + 1) & int(self.mask)
-        self.used += int(self.ids[slot] == EMPTY)
-        self.hi[slot], self.lo[slot], self.ids[slot] = hi, lo, block_id
-        self.count += 1
+        """Add one key (absent by contract; `source.key[block_id]` holds it)."""
+        self.insert_many(np.array([[hi, lo]], np.uint64), np.array([block_id], np.int32))
 
     def insert_many(self, keys: NDArray[np.uint64], ids: NDArray[np.int32]) -> None:
-        """Add distinct, absent keys (shape (n, 2)) in one vectorized probe loop."""
-        assert len(keys) == len(ids) and np.all(ids >= 0)
-        while (self.used + len(keys)) * MAX_LOAD_DEN > len(self.ids) * MAX_LOAD_NUM:
-            self._rehash(len(self.ids) * 2)
-        todo = np.arange(len(keys))
-        slot = keys[:, 1] & self.mask
-        while todo.size:
-            open_ = self.ids[slot] < 0
-            _, first = np.unique(slot, return_index=True)  # one key per slot per round
-            take = np.zeros(todo.size, np.bool_)
-            take[first] = True
-            take &= open_
-            chosen, where = todo[take], slot[take]
-            self.used += int(np.count_nonzero(self.ids[where] == EMPTY))
-            self.hi[where], self.lo[where], self.ids[where] = keys[chosen, 0], keys[chosen, 1], ids[chosen]
-            todo, slot = todo[~take], (slot[~take] + np.uint64(1)) & self.mask
-        self.count += len(keys)
+        """Add distinct, absent keys (shape (n, 2)); `source.key[ids]` already holds them."""
+        assert len(keys) == len(ids) and (not len(ids) or int(ids.min()) >= 0)
+        capacity = len(self.ids)
+        while (self.count + len(keys)) * MAX_LOAD_DEN > capacity * MAX_LOAD_NUM:
+            capacity *= 2
+        if capacity != len(self.ids):
+            self._rehash(capacity)
+        self._place(keys[:, 1], ids)
+
+    def _place(self, lo: NDArray[np.uint64], ids: NDArray[np.int32]) -> None:
+        """Write `ids` at the first empty slot of each probe chain (home slot from `lo`)."""
+        todo, slot = np.arange(len(ids), dtype=np.int32), self._home(lo)
+        scratch = np.empty(len(self.ids), np.int32)
+        while todo.size > SCALAR_KEYS:
+            width = 1 if todo.size > BULK_KEYS else WINDOW_SLOTS
+            todo, slot = self._claim(scratch, ids, todo, slot, width)
+        for i, start in zip(todo.tolist(), slot.tolist(), strict=True):
+            self.ids[self._empty_slot(start & self.mask)] = ids[i]
+        self.count += len(ids)
+
+    def _claim(self, scratch: NDArray[np.int32], ids: NDArray[np.int32], todo: NDArray[np.int32],
+               slot: NDArray[np.intp], width: int) -> tuple[NDArray[np.int32], NDArray[np.intp]]:
+        """One insert round: each key takes the first empty slot in its window unless another key
+        takes it (scatter `todo` into `scratch` there; who reads its own index back wins).
+        Returns the keys left and the slot each resumes from."""
+        offset = np.where(self._window(slot, width) == EMPTY, OFFSETS[:width], width).min(axis=0)
+        has = offset < width  # else offset is width: no empty slot in the window
+        target = (slot + offset) & self.mask
+        scratch[target] = todo  # a key without an empty slot writes at an occupied one: nobody wins there
+        won = has & (scratch[target] == todo)
+        self.ids[target[won]] = ids[todo[won]]
+        lost = ~won
+        resume = np.where(has, target + 1, slot + width)[lost]  # the slots before are taken now
+        return todo[lost], resume
+
+    def _empty_slot(self, slot: int) -> int:
+        table, mask = self.ids, self.mask
+        while table.item(slot) != EMPTY:
+            slot = (slot + 1) & mask
+        return slot
 
     def remove(self, hi: int, lo: int) -> int:
         """Remove a key; returns its id (EMPTY when absent)."""
-        slot = int(lo) & int(self.mask)
-        while self.ids[slot] != EMPTY:
-            if self.ids[slot] >= 0 and self.lo[slot] == lo and self.hi[slot] == hi:
-                found = int(self.ids[slot])
-                self.ids[slot] = TOMBSTONE
-                self.count -= 1
-                return found
-            slot = (slot + 1) & int(self.mask)
-        return EMPTY
+        slot, found = self._find(hi, lo, lo & self.mask)
+        if found != EMPTY:
+            self._close_gap(slot)
+            self.count -= 1
+        return found
+
+    def _close_gap(self, hole: int) -> None:
+        """Backward-shift deletion: move later entries of the chain into the hole while each stays
+        at or after its home slot; the last hole becomes EMPTY."""
+        table, stored, mask = self.ids, self.source.key, self.mask
+        slot = (hole + 1) & mask
+        while (entry := table.item(slot)) != EMPTY:
+            home = stored.item(entry, 1) & mask
+            if (slot - home) & mask >= (slot - hole) & mask:
+                table[hole], hole = entry, slot
+            slot = (slot + 1) & mask
+        table[hole] = EMPTY
 
     def _rehash(self, capacity: int) -> None:
-        live = self.ids >= 0
-        keys = np.stack([self.hi[live], self.lo[live]], axis=1)
-        ids = self.ids[live]
-        self._alloc(max(capacity, MIN_CAPACITY))
-        self.count = 0
-        if len(ids):
-            self.insert_many(keys, ids)
+        live = self.ids[self.ids != EMPTY]
+        self._alloc(capacity)
+        self._place(self.source.key[live, 1], live)
 
     def nbytes(self) -> int:
-        return int(self.hi.nbytes + self.lo.nbytes + self.ids.nbytes)
+        return int(self.ids.nbytes)
+
+
+def _as_rows(keys: NDArray[np.uint64]) -> NDArray[np.void]:
+    """(n, 2) uint64 keys as n 16-byte items: one gather moves a whole key."""
+    rows: NDArray[np.void] = np.ascontiguousarray(keys).view(np.dtype("V16")).reshape(len(keys))
+    return rows
