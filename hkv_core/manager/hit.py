@@ -43,13 +43,14 @@ def matched_blocks(core: Core, req: RequestState) -> tuple[NDArray[np.int32], li
 
 
 def conditions(core: Core, ids: NDArray[np.int32]) -> list[tuple[str, str, str, Bools]]:
-    """(layer, code, pool, usable-at-candidate b for b = 0..len(ids)) for every condition."""
-    out = []
-    for pool in range(len(core.infos)):
-        info = core.infos[pool]
-        usable = _USABLE[info.role](core, pool, ids)
-        usable[0] = True
-        out.append(("multi_group", MISSING_CODE[(info.kind, info.role)], info.name, usable))
+    """(layer, code, pool, usable-at-candidate b for b = 0..len(ids)) for every condition, pools in order."""
+    usable = np.empty((len(core.infos), len(ids) + 1), np.bool_)
+    for role, rows in _USABLE.items():
+        if core.by_role[role]:
+            usable[core.by_role[role]] = rows(core, ids)
+    usable[:, 0] = True
+    out = [("multi_group", MISSING_CODE[(info.kind, info.role)], info.name, usable[info.index])
+           for info in core.infos]
     if not core.config.allow_partial_page_copy:
         candidates = np.arange(len(ids) + 1) * core.block_tokens
         out.append(("whole_block", "LCM_ROUNDED", f"lcm={core.lcm_tokens}", candidates % core.lcm_tokens == 0))
@@ -63,41 +64,51 @@ def pages_needed(core: Core, pool: int, blocks: NDArray[np.int64]) -> NDArray[np
     return np.asarray(-(-entries // spec.entries_per_page))
 
 
-def _prefix_usable(core: Core, pool: int, ids: NDArray[np.int32]) -> Bools:
-    per_page = core.infos[pool].spec.tokens_per_page // core.block_tokens
-    ok = core.arena.prefix_pages[ids, core.column[pool]] != NULL_PAGE
-    before = np.concatenate([[True], np.logical_and.accumulate(ok[per_page - 1::per_page])])
-    b = np.arange(len(ids) + 1)
-    need, full = pages_needed(core, pool, b), b // per_page
-    last_ok = np.concatenate([[True], ok])[b]  # the page recorded at block b - 1
-    return np.asarray(before[np.minimum(need, full)] & np.where(need > full, last_ok, True))
+def _prefix_rows(core: Core, ids: NDArray[np.int32]) -> NDArray[np.bool_]:
+    """Per prefix pool: every page needed at b is indexed (full pages at their last block, a partial one at b-1)."""
+    pools, b = core.by_role[PoolRole.PREFIX], np.arange(len(ids) + 1)
+    ok = core.arena.prefix_pages[ids] != NULL_PAGE  # (blocks, prefix pools)
+    last_ok = np.concatenate([np.ones((1, len(pools)), np.bool_), ok])  # row b: the block before b
+    rows = np.empty((len(pools), len(b)), np.bool_)
+    for col, pool in enumerate(pools):
+        per_page = core.infos[pool].spec.tokens_per_page // core.block_tokens
+        before = np.concatenate([[True], np.logical_and.accumulate(ok[per_page - 1::per_page, col])])
+        need, full = pages_needed(core, pool, b), b // per_page
+        rows[col] = before[np.minimum(need, full)] & ((need <= full) | last_ok[:, col])
+    return rows
 
 
-def _window_usable(core: Core, pool: int, ids: NDArray[np.int32]) -> Bools:
-    have = core.arena.window_pages[ids, core.column[pool]] != NULL_PAGE
-    missing = np.concatenate([[0], np.cumsum(~have)])
-    b = np.arange(len(ids) + 1)
-    first = np.maximum(0, b * core.block_tokens - core.window_tokens[pool] + 1) // core.block_tokens
-    return np.asarray(missing[b] - missing[np.minimum(first, b)] == 0)
+def _window_rows(core: Core, ids: NDArray[np.int32]) -> NDArray[np.bool_]:
+    """Per window pool: every block in [b - W + 1, b) has its window page."""
+    pools, b = core.by_role[PoolRole.WINDOW], np.arange(len(ids) + 1)
+    missing = np.zeros((len(ids) + 1, len(pools)), np.int32)
+    np.cumsum(core.arena.window_pages[ids] == NULL_PAGE, axis=0, out=missing[1:])
+    rows = np.empty((len(pools), len(b)), np.bool_)
+    for col, pool in enumerate(pools):
+        first = np.maximum(0, b * core.block_tokens - core.window_tokens[pool] + 1) // core.block_tokens
+        rows[col] = missing[:, col] == missing[np.minimum(first, b), col]
+    return rows
 
 
-def _tail_usable(core: Core, pool: int, ids: NDArray[np.int32]) -> Bools:
-    usable = np.zeros(len(ids) + 1, np.bool_)
-    usable[1:] = core.arena.point[ids] & (core.arena.tail_pages[ids, core.column[pool]] != NULL_PAGE)
-    return usable
+def _tail_rows(core: Core, ids: NDArray[np.int32]) -> NDArray[np.bool_]:
+    """Per tail pool: a resume point with its snapshot is kept at b."""
+    rows = np.zeros((len(core.by_role[PoolRole.TAIL]), len(ids) + 1), np.bool_)
+    rows[:, 1:] = (core.arena.tail_pages[ids] != NULL_PAGE).T & core.arena.point[ids]
+    return rows
 
 
-_USABLE = {PoolRole.PREFIX: _prefix_usable, PoolRole.WINDOW: _window_usable, PoolRole.TAIL: _tail_usable}
+_USABLE = {PoolRole.PREFIX: _prefix_rows, PoolRole.WINDOW: _window_rows, PoolRole.TAIL: _tail_rows}
 
 
 def fixed_point(top: int, conds: list[tuple[str, str, str, Bools]]) -> tuple[int, list[Reason]]:
     """Largest b <= top usable under every condition, and the conditions that lowered it."""
-    best = [np.maximum.accumulate(np.where(u, np.arange(len(u)), 0)) for *_, u in conds]
+    usable = np.stack([u for *_, u in conds]) if conds else np.ones((1, top + 1), np.bool_)
+    best = np.maximum.accumulate(np.where(usable, np.arange(usable.shape[1]), 0), axis=1)
     b, lowered = top, dict[tuple[str, str], list[str]]()
     while True:
-        limits = [int(x[b]) for x in best]
-        new = min(limits, default=b)
-        for (layer, code, where, _), limit in zip(conds, limits, strict=True):
+        limits = best[:, b].tolist()
+        new = min(limits)
+        for (layer, code, where, _), limit in zip(conds, limits, strict=False):
             if limit < b:
                 lowered.setdefault((layer, code), []).append(f"{where}: usable to block {limit} < {b}")
         if new == b:
@@ -151,23 +162,24 @@ def _partial_page(core: Core, pool: int, tokens: int) -> bool:
 
 def hit_pages(core: Core, ids: NDArray[np.int32]) -> dict[str, NDArray[np.int32]]:
     """Every page a hit over blocks `ids` reads, per pool (unique, in order)."""
-    pages: dict[str, NDArray[np.int32]] = {}
     if not len(ids):
-        return pages
-    b = len(ids)
-    for pool in range(len(core.infos)):
-        info, col = core.infos[pool], core.column[pool]
-        if info.role is PoolRole.PREFIX:
-            per_page = info.spec.tokens_per_page // core.block_tokens
-            need = int(pages_needed(core, pool, np.array([b]))[0])
-            ends = np.minimum((np.arange(need) + 1) * per_page, b) - 1
-            chosen = core.arena.prefix_pages[ids[ends], col]
-        elif info.role is PoolRole.WINDOW:
-            chosen = core.arena.window_pages[ids[core.window_first_block(pool, b * core.block_tokens):], col]
-        else:
-            chosen = core.arena.tail_pages[ids[-1:], col]
-        assert np.all(chosen != NULL_PAGE), f"a validated hit reads a NULL page of {info.name}"
-        pages[info.name] = chosen.astype(np.int32)
+        return {}
+    a, b, chosen = core.arena, len(ids), dict[int, NDArray[np.int32]]()
+    for col, pool in enumerate(core.by_role[PoolRole.PREFIX]):
+        per_page = core.infos[pool].spec.tokens_per_page // core.block_tokens
+        need = int(pages_needed(core, pool, np.array([b]))[0])
+        ends = np.minimum(np.arange(per_page, (need + 1) * per_page, per_page), b) - 1
+        chosen[pool] = a.prefix_pages[ids[ends], col]
+    windows = core.by_role[PoolRole.WINDOW]
+    if windows:
+        first = min(core.window_first_block(pool, b * core.block_tokens) for pool in windows)
+        rows = a.window_pages[ids[first:]]
+        for col, pool in enumerate(windows):
+            chosen[pool] = rows[core.window_first_block(pool, b * core.block_tokens) - first:, col]
+    for col, pool in enumerate(core.by_role[PoolRole.TAIL]):
+        chosen[pool] = a.tail_pages[ids[-1:], col]
+    pages = {core.infos[pool].name: chosen[pool] for pool in range(len(core.infos))}
+    assert not any(np.any(p == NULL_PAGE) for p in pages.values()), "a validated hit reads a NULL page"
     return pages
 
 
