@@ -86,11 +86,10 @@ def allocate(core: Core, req: RequestState, num_tokens: int) -> Allocation:
         req.snapshots[b] = [snapshots[b][core.infos[p].name] for p in core.by_role[PoolRole.TAIL]]
     req.allocated, req.acquired = end, True
     core.stats["copies"] += len(copies)
+    tables = {i.index: np.array(req.tables[i.index], np.int32) for i in core.infos if i.role is not PoolRole.TAIL}
     return Allocation(request_id=req.rid, start_tokens=start, num_tokens=num_tokens,
-                      block_tables={i.name: np.array(req.tables[i.index], np.int32) for i in core.infos
-                                    if i.role is not PoolRole.TAIL},
-                      slots={i.name: _slots(core, req, i.index, start, end) for i in core.infos
-                             if i.role is not PoolRole.TAIL},
+                      block_tables={core.infos[p].name: t for p, t in tables.items()},
+                      slots={core.infos[p].name: _slots(core, p, t, start, end) for p, t in tables.items()},
                       tail_pages={core.infos[p].name: req.tables[p][0] for p in core.by_role[PoolRole.TAIL]},
                       snapshots=snapshots, copies=tuple(copies))
 
@@ -125,13 +124,14 @@ def _tail_copy(core: Core, req: RequestState, pool: int, working: int) -> list[C
                       src_version=req.pinned_versions[pool][src])]
 
 
-def _slots(core: Core, req: RequestState, pool: int, start: int, end: int) -> NDArray[np.int64]:
+def _slots(core: Core, pool: int, table: NDArray[np.int32], start: int, end: int) -> NDArray[np.int64]:
+    """Flat slots of the entries tokens [start, end) produce in `pool`, whose page table is `table`."""
     info = core.infos[pool]
     per_page, ratio = info.spec.entries_per_page, max(1, info.spec.compress_ratio)
     if info.role is PoolRole.WINDOW:
         entries = np.arange(start, end)
     else:
         entries = np.arange((start + ratio) // ratio - 1, end // ratio)
-    pages = np.array(req.tables[pool], np.int64)[entries // per_page]
-    assert not np.any(pages == NULL_PAGE), "a slot never points at the NULL page"
+    pages = table[entries // per_page].astype(np.int64)
+    assert not np.count_nonzero(pages == NULL_PAGE), "a slot never points at the NULL page"
     return pages * per_page + entries % per_page

@@ -18,10 +18,10 @@ from hkv_core.manager.arena import NO_BLOCK
 from hkv_core.manager.core import Core, RequestState, chain_tail
 from hkv_core.manager.errors import InvalidRequestState
 from hkv_core.manager.lease import pin
-from hkv_core.manager.pools import NULL_PAGE, PoolRole
+from hkv_core.manager.pools import NULL_PAGE, Index, PoolRole
 
-Pages = NDArray[np.int32]
-Ints = NDArray[np.int64]
+Pages = Index  # page ids as intp indices
+Ints = NDArray[np.intp]
 
 
 def commit(core: Core, req: RequestState, num_tokens: int) -> None:
@@ -33,7 +33,7 @@ def commit(core: Core, req: RequestState, num_tokens: int) -> None:
     req.computed += num_tokens
     _complete_pages(core, req, before)
     _index_blocks(core, req)
-    chain = np.array(req.chain, np.int32)
+    chain = np.array(req.chain, np.intp)
     _publish_prefix(core, req, chain)
     _record_points(core, req, chain)
     _slide_windows(core, req)
@@ -46,7 +46,7 @@ def _owned_mask(core: Core, req: RequestState, pool: int, pages: Pages, state: s
 
 
 def _owned_in_state(core: Core, req: RequestState, pool: int, pages: list[int], state: str) -> Pages:
-    arr = np.array(pages, np.int32)
+    arr = np.array(pages, np.intp)
     return arr[_owned_mask(core, req, pool, arr, state)] if arr.size else arr
 
 
@@ -90,7 +90,7 @@ def _publish_prefix(core: Core, req: RequestState, chain: Pages) -> None:
     for pool in core.by_role[PoolRole.PREFIX]:
         spec, col = core.infos[pool].spec, core.column[pool]
         per_page = spec.tokens_per_page // core.block_tokens
-        table = np.array(req.tables[pool][:req.computed // spec.tokens_per_page], np.int32)
+        table = np.array(req.tables[pool][:req.computed // spec.tokens_per_page], np.intp)
         at = np.flatnonzero(_owned_mask(core, req, pool, table, "READY")) if table.size else table
         if not at.size:
             continue
@@ -127,8 +127,8 @@ def _record_points(core: Core, req: RequestState, chain: Pages) -> None:
     if not due:
         return
     tails = core.by_role[PoolRole.TAIL]
-    blocks = chain[np.array(due, np.int64) // core.block_tokens - 1]
-    snaps = np.array([req.snapshots.pop(b) for b in due], np.int32).reshape(len(due), len(tails))
+    blocks = chain[np.array(due, np.intp) // core.block_tokens - 1]
+    snaps = np.array([req.snapshots.pop(b) for b in due], np.intp).reshape(len(due), len(tails))
     spans = {pool: _window_spans(core, pool, due) for pool in core.by_role[PoolRole.WINDOW]}
     fresh = ~core.arena.point[blocks] & _windows_publishable(core, req, chain, spans, len(due))
     for col, pool in enumerate(tails):
@@ -159,7 +159,7 @@ def _windows_publishable(core: Core, req: RequestState, chain: Pages, spans: dic
     """
     ok = np.ones(points, np.bool_)
     for pool, (ks, point) in spans.items():
-        p, col, table = core.pools[pool], core.column[pool], np.array(req.tables[pool], np.int32)
+        p, col, table = core.pools[pool], core.column[pool], np.array(req.tables[pool], np.intp)
         have, mine = core.arena.window_pages[chain[ks], col], table[ks]
         bad = (have == NULL_PAGE) & (mine != NULL_PAGE) & (p.state[mine] != p.published) & (p.owner[mine] != req.rid)
         if np.count_nonzero(bad):
@@ -174,7 +174,7 @@ def _hold_windows(core: Core, req: RequestState, pool: int, chain: Pages, ks: In
     col = core.column[pool]
     ids = chain[ks]
     have = core.arena.window_pages[ids, col]
-    table = np.array(req.tables[pool], np.int32)
+    table = np.array(req.tables[pool], np.intp)
     mine = table[ks]
     need = have == NULL_PAGE
     assert not np.count_nonzero(mine[need] == NULL_PAGE), "a recorded point's window page was released early"
@@ -197,7 +197,7 @@ def _slide_windows(core: Core, req: RequestState) -> None:
         req.window_floor[pool] = max(floor, top)
         if top <= floor:
             continue
-        gone = np.array(table[floor:top], np.int32)
+        gone = np.array(table[floor:top], np.intp)
         gone = gone[gone != NULL_PAGE]
         mine = core.pools[pool].owner[gone] == req.rid
         aborts = gone[mine]

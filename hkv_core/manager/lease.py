@@ -6,39 +6,46 @@ import numpy as np
 
 from hkv_core.manager.core import Core, RequestState, chain_tail
 from hkv_core.manager.errors import StaleLease
-from hkv_core.manager.pools import NULL_PAGE, PoolRole
+from hkv_core.manager.pools import NULL_PAGE, Index, Pages, PoolRole
 from hkv_core.manager.records import Hit
 
 
-def verify(core: Core, req: RequestState, hit: Hit) -> None:
-    """StaleLease unless every page of the hit still has the version and state the hit checked."""
+def verify(core: Core, req: RequestState, hit: Hit) -> dict[int, Index]:
+    """StaleLease unless every page of the hit still has the version and state the hit checked.
+
+    Returns the hit's pages per pool as NumPy indices (what `acquire` pins).
+    """
+    out = {}
     for name, pages in hit.pages.items():
         pool = core.pools[core.pool_index[name]]
-        now = pool.version[pages]
-        moved = (now != hit.versions[name]) | (pool.state[pages] != pool.published)
-        if np.any(moved):
+        index = pages.astype(np.intp)
+        now = pool.version[index]
+        moved = (now != hit.versions[name]) | (pool.state[index] != pool.published)
+        if np.count_nonzero(moved):
             i = int(np.flatnonzero(moved)[0])
             raise StaleLease(pool=name, page=int(pages[i]), expected_version=int(hit.versions[name][i]),
                              found_version=int(now[i]), request_id=req.rid,
                              found_state=pool.state_name(int(pages[i])))
+        out[core.pool_index[name]] = index
+    return out
 
 
-def pin(core: Core, req: RequestState, pool: int, pages: np.ndarray) -> None:
+def pin(core: Core, req: RequestState, pool: int, pages: Pages | Index) -> None:
     """Pin distinct `pages` of `pool` for the request (pages it already pins are skipped)."""
     pins, listed = req.pinned_versions[pool], pages.tolist()
     if pins and not pins.keys().isdisjoint(listed):
         fresh = np.array([p not in pins for p in listed], np.bool_)
         pages, listed = pages[fresh], [p for p in listed if p not in pins]
     p = core.pools[pool]
-    p.step(pages, "pin", req.rid)
-    pins.update(zip(listed, p.version[pages].tolist(), strict=True))
+    index = pages.astype(np.intp, copy=False)
+    p.step(index, "pin", req.rid)
+    pins.update(zip(listed, p.version[index].tolist(), strict=True))
 
 
 def acquire(core: Core, req: RequestState, hit: Hit) -> None:
     """Pin the hit for the request and seed its page tables from it."""
-    verify(core, req, hit)
-    for name, pages in hit.pages.items():
-        pin(core, req, core.pool_index[name], pages)
+    for pool, pages in verify(core, req, hit).items():
+        pin(core, req, pool, pages)
     blocks = len(hit.block_ids)
     before = chain_tail(req)
     req.chain = hit.block_ids.tolist()

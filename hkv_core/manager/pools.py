@@ -21,6 +21,7 @@ from hkv_core.spec.table import KindTable
 
 NULL_PAGE = 0
 Pages = NDArray[np.int32]
+Index = NDArray[np.intp]  # page ids as NumPy indices (fast fancy indexing)
 
 
 class PoolRole(enum.Enum):
@@ -60,7 +61,7 @@ class PoolInfo:
 class BulkView:
     """GuardView over many pages of one pool: every answer is an array, one element per page."""
 
-    def __init__(self, pool: PagePool, pages: Pages, actor: int, full: bool, leased_by_actor: bool) -> None:
+    def __init__(self, pool: PagePool, pages: Index, actor: int, full: bool, leased_by_actor: bool) -> None:
         self.pool, self.pages, self.actor = pool, pages, actor
         self.full, self.leased = full, leased_by_actor
 
@@ -109,21 +110,23 @@ class PagePool:
         self.free: list[int] = list(range(n - 1, NULL_PAGE, -1))  # a stack; pop() gives low ids first
         self.published = table.state_index["PUBLISHED"]
 
-    def step(self, pages: Pages, event: str, actor: int = -1, *, full: bool = True,
+    def step(self, pages: Pages | Index, event: str, actor: int = -1, *, full: bool = True,
              leased_by_actor: bool = False) -> None:
         """Move every page in `pages` (distinct) by `event`; all-or-nothing (IllegalTransition changes nothing)."""
         if pages.size == 0:
             return
-        assert int(pages.min()) > NULL_PAGE, "the NULL page never moves"
+        index = pages.astype(np.intp, copy=False)  # intp indices: gathers and scatters skip a cast
         event_index = self.table.event_index.get(event)
         assert event_index is not None, f"{self.info.kind} has no event {event}"
-        states = self.state[pages]
+        states = self.state[index]
         first = int(states[0])
-        groups = [(first, pages)] if not np.count_nonzero(states != first) else \
-            [(s, pages[states == s]) for s in np.flatnonzero(np.bincount(states)).tolist()]
+        groups = [(first, index)] if not np.count_nonzero(states != first) else \
+            [(s, index[states == s]) for s in np.flatnonzero(np.bincount(states)).tolist()]
         plan = [(group, self.table.step(state, event_index, BulkView(self, group, actor, full, leased_by_actor)))
                 for state, group in groups]
-        for group, edge in plan:
+        for (state, _), (group, edge) in zip(groups, plan, strict=True):
+            # The NULL page never moves, so it stays in the initial state: only that group can hold it.
+            assert state != self.table.initial or int(group.min()) > NULL_PAGE, "the NULL page never moves"
             for name in edge.effects:
                 EFFECTS[name](self, group, actor)
             self.state[group] = edge.dest
@@ -136,46 +139,46 @@ class PagePool:
         self.step(pages, "reserve", actor)
         return pages
 
-    def _noop(self, pages: Pages, actor: int) -> None:
+    def _noop(self, pages: Index, actor: int) -> None:
         return None
 
-    def _free_slot(self, pages: Pages, actor: int) -> None:
+    def _free_slot(self, pages: Index, actor: int) -> None:
         self.free.extend(np.sort(pages)[::-1].tolist())  # the stack hands out low page ids first
 
-    def _set_owner(self, pages: Pages, actor: int) -> None:
+    def _set_owner(self, pages: Index, actor: int) -> None:
         assert actor >= 0
         self.owner[pages] = actor
 
-    def _clear_owner(self, pages: Pages, actor: int) -> None:
+    def _clear_owner(self, pages: Index, actor: int) -> None:
         self.owner[pages] = -1
 
-    def _clear_rows(self, pages: Pages, actor: int) -> None:
+    def _clear_rows(self, pages: Index, actor: int) -> None:
         self.frozen[pages] = False
 
-    def _freeze(self, pages: Pages, actor: int) -> None:
+    def _freeze(self, pages: Index, actor: int) -> None:
         self.frozen[pages] = True
 
     # A step's pages are distinct, so counters move by plain fancy indexing (not ufunc.at).
-    def _add_lease(self, pages: Pages, actor: int) -> None:
+    def _add_lease(self, pages: Index, actor: int) -> None:
         self.leases[pages] += 1
 
-    def _drop_lease(self, pages: Pages, actor: int) -> None:
+    def _drop_lease(self, pages: Index, actor: int) -> None:
         self.leases[pages] -= 1
 
-    def _pin_copy(self, pages: Pages, actor: int) -> None:
+    def _pin_copy(self, pages: Index, actor: int) -> None:
         self.copies[pages] += 1
 
-    def _unpin_copy(self, pages: Pages, actor: int) -> None:
+    def _unpin_copy(self, pages: Index, actor: int) -> None:
         self.copies[pages] -= 1
 
-    def _bump(self, pages: Pages, actor: int) -> None:
+    def _bump(self, pages: Index, actor: int) -> None:
         self.version[pages] += np.uint32(1)
 
     def state_name(self, page: int) -> str:
         return self.table.states[int(self.state[page])]
 
 
-Effect = Callable[[PagePool, Pages, int], None]
+Effect = Callable[[PagePool, Index, int], None]
 
 EFFECTS: dict[str, Effect] = {
     "take_slot": PagePool._noop, "free_slot": PagePool._free_slot, "set_owner": PagePool._set_owner,

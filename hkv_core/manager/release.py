@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from hkv_core.manager.arena import NO_BLOCK
-from hkv_core.manager.commit import reclaim_retired
+from hkv_core.manager.commit import unpin
 from hkv_core.manager.core import Core, RequestState, chain_tail
 
 
@@ -13,12 +13,9 @@ def release(core: Core, req: RequestState) -> None:
     for pool, p in enumerate(core.pools):
         pins, owned = req.pinned_versions[pool], req.owned[pool]
         if pins:
-            pinned = np.fromiter(pins, np.int32, len(pins))
-            p.step(pinned, "unpin", req.rid, leased_by_actor=True)
-            pins.clear()
-            reclaim_retired(core, pool, pinned)
+            unpin(core, req, pool, np.fromiter(pins, np.intp, len(pins)))
         if owned:
-            p.step(np.fromiter(owned, np.int32, len(owned)), "abort", req.rid)
+            p.step(np.fromiter(owned, np.intp, len(owned)), "abort", req.rid)
             owned.clear()
     req.snapshots.clear()
     core.arena.touch(np.array(req.chain, np.int32))  # its whole chain was in use until now (LRU order)
