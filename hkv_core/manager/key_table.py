@@ -13,6 +13,8 @@ it).  Removal is backward-shift deletion rather than tombstones: the entries
 after the hole move back while each stays at or after its home slot, so probe
 chains stay as short as a fresh table's under any insert/evict churn, a lookup
 always stops at the first empty slot, and no same-capacity rehash is needed.
+Removals are scalar (a Python loop over the chain); `remove_ids` finds a block
+by its id along its key's chain, with no key comparisons.
 
 Lookups and inserts are vectorized over a whole prompt's keys: a round probes
 a window of slots per pending key with a few array operations laid out
@@ -42,6 +44,7 @@ MAX_LOAD_NUM, MAX_LOAD_DEN = 1, 2
 WINDOW_SLOTS = 8  # slots a round reads per key once at most BULK_KEYS keys are pending
 BULK_KEYS = 2048
 SCALAR_KEYS = 8  # pending keys at or below this count finish in a Python loop
+V16 = np.dtype("V16")
 OFFSETS = np.arange(WINDOW_SLOTS, dtype=np.intp)[:, None]
 
 
@@ -75,27 +78,23 @@ class KeyTable:
         home: NDArray[np.intp] = lo.view(np.intp) & self.mask
         return home
 
-    def _window(self, slot: NDArray[np.intp], width: int) -> NDArray[np.int32]:
-        """Ids in slots slot, slot + 1, ... (width, keys); wraps around the end."""
-        window: NDArray[np.int32] = self.ids.take(slot + OFFSETS[:width], mode="wrap")
-        return window
-
     def lookup(self, keys: NDArray[np.uint64]) -> NDArray[np.int32]:
         """Ids of `keys` (shape (n, 2)), EMPTY where absent."""
         assert keys.ndim == 2 and keys.shape[1] == 2 and keys.dtype == np.uint64
-        out = np.full(len(keys), EMPTY, np.int32)
-        todo, slot = np.arange(len(keys)), self._home(keys[:, 1])
+        slot = self._home(keys[:, 1])
+        if len(keys) <= SCALAR_KEYS:
+            return self._finish(keys, np.full(len(keys), EMPTY, np.int32), np.arange(len(keys)), slot)
         wanted, rows = _as_rows(keys), _as_rows(self.source.key)
+        width = _width(len(keys))
+        out = self._probe(rows, wanted, slot, width)
+        todo = np.flatnonzero(out == PENDING)
+        slot = slot.take(todo) + width
         while todo.size > SCALAR_KEYS:
-            width = 1 if todo.size > BULK_KEYS else WINDOW_SLOTS
-            every = len(todo) == len(out)  # the first round: spare the copies
-            found = self._probe(rows, wanted if every else wanted.take(todo), slot, width)
-            out[slice(None) if every else todo] = found
+            width = _width(todo.size)
+            out[todo] = found = self._probe(rows, wanted.take(todo), slot, width)
             keep = np.flatnonzero(found == PENDING)
             todo, slot = todo.take(keep), slot.take(keep) + width
-        for i, start in zip(todo.tolist(), slot.tolist(), strict=True):
-            out[i] = self._find(int(keys[i, 0]), int(keys[i, 1]), start & self.mask)[1]
-        return out
+        return self._finish(keys, out, todo, slot)
 
     def _probe(self, rows: NDArray[np.void], keys: NDArray[np.void], slot: NDArray[np.intp],
                width: int) -> NDArray[np.int32]:
@@ -104,12 +103,21 @@ class KeyTable:
         window = self._window(slot, width)
         same = rows.take(window, mode="wrap").view(np.uint64) == keys.view(np.uint64)
         hit = same.view(np.uint16) == 0x0101  # both words equal (a hit at an EMPTY slot is moot)
-        code = window >> 31  # -1 at empty slots, 0 elsewhere
-        np.invert(code, out=code)
-        code -= 1  # EMPTY at empty slots, PENDING elsewhere
-        np.copyto(code, window, where=hit)
+        code = np.where(hit, window, PENDING - (window >> 31))  # not hit: EMPTY if empty, else PENDING
         found: NDArray[np.int32] = code.max(axis=0) if width > 1 else code[0]
         return found  # max: an id > EMPTY (the window's empty slots) > PENDING (its other slots)
+
+    def _window(self, slot: NDArray[np.intp], width: int) -> NDArray[np.int32]:
+        """Ids in slots slot, slot + 1, ... (width, keys); wraps around the end."""
+        window: NDArray[np.int32] = self.ids.take(slot + OFFSETS[:width], mode="wrap")
+        return window
+
+    def _finish(self, keys: NDArray[np.uint64], out: NDArray[np.int32], todo: NDArray[np.intp],
+                slot: NDArray[np.intp]) -> NDArray[np.int32]:
+        """Probe the keys `todo` left from `slot` one by one, in Python."""
+        for i, start in zip(todo.tolist(), slot.tolist(), strict=True):
+            out[i] = self._find(int(keys[i, 0]), int(keys[i, 1]), start & self.mask)[1]
+        return out
 
     def _find(self, hi: int, lo: int, slot: int) -> tuple[int, int]:
         """(slot, id) of the key probing from `slot`; (the empty slot ending the chain, EMPTY) if absent."""
@@ -137,10 +145,11 @@ class KeyTable:
     def _place(self, lo: NDArray[np.uint64], ids: NDArray[np.int32]) -> None:
         """Write `ids` at the first empty slot of each probe chain (home slot from `lo`)."""
         todo, slot = np.arange(len(ids), dtype=np.int32), self._home(lo)
-        scratch = np.empty(len(self.ids), np.int32)
-        while todo.size > SCALAR_KEYS:
-            width = 1 if todo.size > BULK_KEYS else WINDOW_SLOTS
-            todo, slot = self._claim(scratch, ids, todo, slot, width)
+        if todo.size > SCALAR_KEYS:
+            scratch = np.empty(len(self.ids), np.int32)
+            while todo.size > SCALAR_KEYS:
+                width = _width(todo.size)
+                todo, slot = self._claim(scratch, ids, todo, slot, width)
         for i, start in zip(todo.tolist(), slot.tolist(), strict=True):
             self.ids[self._empty_slot(start & self.mask)] = ids[i]
         self.count += len(ids)
@@ -174,6 +183,17 @@ class KeyTable:
             self.count -= 1
         return found
 
+    def remove_ids(self, ids: NDArray[np.int32]) -> None:
+        """Remove the blocks `ids`, each present (their rows in `source` still hold their keys)."""
+        table, stored, mask = self.ids, self.source.key, self.mask
+        for block in ids.tolist():
+            slot = stored.item(block, 1) & mask
+            while (entry := table.item(slot)) != block:
+                assert entry != EMPTY, f"block {block} is not in the table"
+                slot = (slot + 1) & mask
+            self._close_gap(slot)
+        self.count -= len(ids)
+
     def _close_gap(self, hole: int) -> None:
         """Backward-shift deletion: move later entries of the chain into the hole while each stays
         at or after its home slot; the last hole becomes EMPTY."""
@@ -197,5 +217,10 @@ class KeyTable:
 
 def _as_rows(keys: NDArray[np.uint64]) -> NDArray[np.void]:
     """(n, 2) uint64 keys as n 16-byte items: one gather moves a whole key."""
-    rows: NDArray[np.void] = np.ascontiguousarray(keys).view(np.dtype("V16")).reshape(len(keys))
+    rows: NDArray[np.void] = np.ascontiguousarray(keys).view(V16).reshape(len(keys))
     return rows
+
+
+def _width(pending_keys: int) -> int:
+    """Slots a round reads per key: one for a bulk batch, else a window."""
+    return 1 if pending_keys > BULK_KEYS else WINDOW_SLOTS

@@ -1,4 +1,4 @@
-"""KeyTable against a Python dict: random insert/remove/lookup sequences with forced collisions.
+"""KeyTable against a Python dict: random insert/remove/remove_ids/lookup sequences, forced collisions.
 
 Keys come mostly from a small universe built to collide: many share a home
 slot at the smallest capacity (lo = base + 1024 * j, bases at both ends of the
@@ -97,6 +97,11 @@ def run_ops(table_class: type[KeyTable], ops: list[tuple[str, Any]], tuning: tup
             elif op == "bulk":
                 fresh = [(int(h), int(lo)) for h, lo in rng.integers(0, 2**63, (arg, 2), dtype=np.uint64)]
                 _insert(table, arena, model, [k for k in dict.fromkeys(fresh) if k not in model])
+            elif op == "drop":
+                gone = list(dict.fromkeys(UNIVERSE[i] for i in arg if UNIVERSE[i] in model))
+                table.remove_ids(np.array([model[k] for k in gone], np.int32))
+                for key in gone:
+                    arena.drop(model.pop(key))
             elif op == "remove":
                 key = UNIVERSE[arg]
                 expected = model.pop(key, EMPTY)
@@ -127,6 +132,7 @@ operations = st.lists(st.one_of(
     st.tuples(st.just("insert"), st.lists(universe_index, max_size=60)),
     st.tuples(st.just("bulk"), st.integers(1, 700)),
     st.tuples(st.just("remove"), universe_index),
+    st.tuples(st.just("drop"), st.lists(universe_index, max_size=30)),
     st.tuples(st.just("lookup"), st.lists(universe_index, max_size=40)),
 ), max_size=12)
 
