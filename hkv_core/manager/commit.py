@@ -95,10 +95,11 @@ def _publish_prefix(core: Core, req: RequestState, chain: Pages) -> None:
         if not at.size:
             continue
         ready = table[at]
-        ids = chain[at[:, None] * per_page + np.arange(per_page)]
-        empty = core.arena.prefix_pages[ids, col] == NULL_PAGE
-        core.arena.prefix_pages[ids[empty], col] = np.broadcast_to(ready[:, None], ids.shape)[empty]
-        counts = np.count_nonzero(empty, axis=1).astype(np.int32)
+        ids = chain[(at[:, None] * per_page + np.arange(per_page)).ravel()] if per_page > 1 else chain[at]
+        column = core.arena.prefix_pages[:, col]  # a view: writes go to the arena
+        empty = column[ids] == NULL_PAGE
+        column[ids[empty]] = (np.repeat(ready, per_page) if per_page > 1 else ready)[empty]
+        counts = empty.reshape(len(ready), per_page).sum(axis=1, dtype=np.int32)
         core.pools[pool].holders[ready] += counts
         _publish_own(core, req, pool, ready[counts > 0])
 

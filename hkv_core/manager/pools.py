@@ -17,7 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hkv_core.layout import EntryKind, ObjectKind, PoolSpec
-from hkv_core.spec.table import KindTable
+from hkv_core.spec.table import Compiled, KindTable
 
 NULL_PAGE = 0
 Pages = NDArray[np.int32]
@@ -120,15 +120,23 @@ class PagePool:
         assert event_index is not None, f"{self.info.kind} has no event {event}"
         states = self.state[index]
         first = int(states[0])
-        groups = [(first, index)] if not np.count_nonzero(states != first) else \
-            [(s, index[states == s]) for s in np.flatnonzero(np.bincount(states)).tolist()]
-        plan = [(group, self.table.step(state, event_index, BulkView(self, group, actor, full, leased_by_actor)))
+        if index.size == 1 or not np.count_nonzero(states != first):  # one source state: one table lookup
+            self._apply(first, index, self.table.step(first, event_index, BulkView(self, index, actor, full,
+                                                                                   leased_by_actor)), actor)
+            return
+        groups = [(s, index[states == s]) for s in np.flatnonzero(np.bincount(states)).tolist()]
+        plan = [self.table.step(state, event_index, BulkView(self, group, actor, full, leased_by_actor))
                 for state, group in groups]
-        for (state, _), (group, edge) in zip(groups, plan, strict=True):
-            # The NULL page never moves, so it stays in the initial state: only that group can hold it.
-            assert state != self.table.initial or int(group.min()) > NULL_PAGE, "the NULL page never moves"
-            for name in edge.effects:
-                EFFECTS[name](self, group, actor)
+        for (state, group), edge in zip(groups, plan, strict=True):
+            self._apply(state, group, edge, actor)
+
+    def _apply(self, state: int, group: Index, edge: Compiled, actor: int) -> None:
+        """Run an edge's effects on pages all in `state` (its guards passed) and move them."""
+        # The NULL page never moves, so it stays in the initial state: only that group can hold it.
+        assert state != self.table.initial or int(group.min()) > NULL_PAGE, "the NULL page never moves"
+        for name in edge.effects:
+            EFFECTS[name](self, group, actor)
+        if edge.dest != state:
             self.state[group] = edge.dest
 
     def take(self, count: int, actor: int) -> Pages:

@@ -34,13 +34,19 @@ class GuardView(Protocol):
 
 Guard = Callable[[GuardView], Any]
 
+
+def _not(answer: Any) -> Any:
+    """Logical not of a scalar or per-page answer (plain `not` for a Python bool: no NumPy call)."""
+    return (not answer) if type(answer) is bool else np.logical_not(answer)
+
+
 _GUARDS: dict[str, Guard] = {
     "slot_available": lambda v: v.slot_available(),
     "is_owner": lambda v: v.is_owner(),
     "rows_full": lambda v: v.rows_full(),
-    "rows_not_full": lambda v: np.logical_not(v.rows_full()),
+    "rows_not_full": lambda v: _not(v.rows_full()),
     "leased_by_actor": lambda v: v.leased_by_actor(),
-    "not_leased_by_actor": lambda v: np.logical_not(v.leased_by_actor()),
+    "not_leased_by_actor": lambda v: _not(v.leased_by_actor()),
     "unpinned": lambda v: np.logical_and(np.equal(v.lease_count(), 0), np.logical_not(v.copy_pinned())),
     "disk_record_durable": lambda v: v.disk_record_durable(),
     "source_set_complete": lambda v: v.source_set_complete(),
@@ -55,6 +61,7 @@ def first_refusing(guards: tuple[Guard, ...], names: tuple[str, ...], view: Guar
     assert len(guards) == len(names), "guards and names must pair up"
     for guard, name in zip(guards, names, strict=True):
         verdict = guard(view)
-        if not (verdict if type(verdict) is bool else np.count_nonzero(verdict) == np.size(verdict)):
+        passed = np.count_nonzero(verdict) == verdict.size if type(verdict) is np.ndarray else bool(verdict)
+        if not passed:
             return name
     return None
