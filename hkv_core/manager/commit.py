@@ -42,7 +42,8 @@ def commit(core: Core, req: RequestState, num_tokens: int) -> None:
 def _owned_mask(core: Core, req: RequestState, pool: int, pages: Pages, state: str) -> NDArray[np.bool_]:
     """Which of `pages` the request owns in `state` (the NULL page is never owned)."""
     p = core.pools[pool]
-    return np.asarray((p.owner[pages] == req.rid) & (p.state[pages] == p.table.state_index[state]))
+    # NumPy scalars on the right: comparing with a Python int costs a dtype resolution per call
+    return np.asarray((p.owner[pages] == np.int32(req.rid)) & (p.state[pages] == np.uint8(p.table.state_index[state])))
 
 
 def _owned_in_state(core: Core, req: RequestState, pool: int, pages: list[int], state: str) -> Pages:
@@ -131,7 +132,8 @@ def _record_points(core: Core, req: RequestState, chain: Pages) -> None:
     blocks = chain[np.array(due, np.intp) // core.block_tokens - 1]
     snaps = np.array([req.snapshots.pop(b) for b in due], np.intp).reshape(len(due), len(tails))
     spans = {pool: _window_spans(core, pool, due) for pool in core.by_role[PoolRole.WINDOW]}
-    fresh = ~core.arena.point[blocks] & _windows_publishable(core, req, chain, spans, len(due))
+    tables = {pool: np.array(req.tables[pool], np.intp) for pool in spans}
+    fresh = ~core.arena.point[blocks] & _windows_publishable(core, req, chain, tables, spans, len(due))
     for col, pool in enumerate(tails):
         core.pools[pool].step(snaps[~fresh, col], "abort", req.rid)
         core.pools[pool].step(snaps[fresh, col], "publish", req.rid)
@@ -140,7 +142,7 @@ def _record_points(core: Core, req: RequestState, chain: Pages) -> None:
         core.pools[pool].holders[snaps[fresh, col]] += 1  # one snapshot page per point: distinct
     for pool, (ks, point) in spans.items():
         keep = fresh[point]
-        _hold_windows(core, req, pool, chain, ks[keep])
+        _hold_windows(core, req, pool, chain, tables[pool], ks[keep])
     core.arena.point[blocks[fresh]] = True
 
 
@@ -150,8 +152,8 @@ def _window_spans(core: Core, pool: int, due: list[int]) -> tuple[Ints, Ints]:
     return np.concatenate(spans), np.repeat(np.arange(len(due)), [len(k) for k in spans])
 
 
-def _windows_publishable(core: Core, req: RequestState, chain: Pages, spans: dict[int, tuple[Ints, Ints]],
-                         points: int) -> NDArray[np.bool_]:
+def _windows_publishable(core: Core, req: RequestState, chain: Pages, tables: dict[int, Pages],
+                         spans: dict[int, tuple[Ints, Ints]], points: int) -> NDArray[np.bool_]:
     """Per due point: every window page it would index is the request's own or still PUBLISHED.
 
     A window page the request pins can have been retired meanwhile (an evicted
@@ -160,7 +162,7 @@ def _windows_publishable(core: Core, req: RequestState, chain: Pages, spans: dic
     """
     ok = np.ones(points, np.bool_)
     for pool, (ks, point) in spans.items():
-        p, col, table = core.pools[pool], core.column[pool], np.array(req.tables[pool], np.intp)
+        p, col, table = core.pools[pool], core.column[pool], tables[pool]
         have, mine = core.arena.window_pages[chain[ks], col], table[ks]
         bad = (have == NULL_PAGE) & (mine != NULL_PAGE) & (p.state[mine] != p.published) & (p.owner[mine] != req.rid)
         if np.count_nonzero(bad):
@@ -168,14 +170,13 @@ def _windows_publishable(core: Core, req: RequestState, chain: Pages, spans: dic
     return ok
 
 
-def _hold_windows(core: Core, req: RequestState, pool: int, chain: Pages, ks: Ints) -> None:
+def _hold_windows(core: Core, req: RequestState, pool: int, chain: Pages, table: Pages, ks: Ints) -> None:
     """Each new point holds one reference on every window page it needs (`ks`: their blocks, per point)."""
     if not ks.size:
         return
     col = core.column[pool]
     ids = chain[ks]
     have = core.arena.window_pages[ids, col]
-    table = np.array(req.tables[pool], np.intp)
     mine = table[ks]
     need = have == NULL_PAGE
     assert not np.count_nonzero(mine[need] == NULL_PAGE), "a recorded point's window page was released early"

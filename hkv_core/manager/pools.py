@@ -69,7 +69,7 @@ class BulkView:
         return True  # the pages were taken from the free list before the step
 
     def is_owner(self) -> NDArray[np.bool_]:
-        return np.asarray(self.pool.owner[self.pages] == self.actor)
+        return np.asarray(self.pool.owner[self.pages] == np.int32(self.actor))
 
     def rows_full(self) -> bool:
         return self.full
@@ -120,7 +120,7 @@ class PagePool:
         assert event_index is not None, f"{self.info.kind} has no event {event}"
         states = self.state[index]
         first = int(states[0])
-        if index.size == 1 or not np.count_nonzero(states != first):  # one source state: one table lookup
+        if index.size == 1 or not np.count_nonzero(states != states[0]):  # one source state: one table lookup
             self._apply(first, index, self.table.step(first, event_index, BulkView(self, index, actor, full,
                                                                                    leased_by_actor)), actor)
             return
