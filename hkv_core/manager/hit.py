@@ -18,13 +18,9 @@ from hkv_core.manager.core import Core, RequestState
 from hkv_core.manager.key_table import EMPTY
 from hkv_core.manager.pools import NULL_PAGE, PoolRole
 from hkv_core.manager.records import Hit, Reason
+from hkv_core.manager.usable import Condition, conditions, pages_needed
 
-Bools = NDArray[np.bool_]
-MISSING_CODE = {("compressed_kv", PoolRole.PREFIX): "COMPRESSED_MISSING",
-                ("indexer_state", PoolRole.PREFIX): "INDEXER_MISSING",
-                ("indexer_state", PoolRole.TAIL): "INDEXER_MISSING",
-                ("compressor_tail", PoolRole.TAIL): "TAIL_MISSING",
-                ("swa_window", PoolRole.WINDOW): "WINDOW_MISSING"}
+SEARCH_BLOCKS = 256  # candidates below the longest one that match checks first (widened x8 when none passes)
 
 
 def matched_blocks(core: Core, req: RequestState) -> tuple[NDArray[np.int32], list[Reason]]:
@@ -42,72 +38,30 @@ def matched_blocks(core: Core, req: RequestState) -> tuple[NDArray[np.int32], li
     return ids[:found], reasons
 
 
-def conditions(core: Core, ids: NDArray[np.int32]) -> list[tuple[str, str, str, Bools]]:
-    """(layer, code, pool, usable-at-candidate b for b = 0..len(ids)) for every condition, pools in order."""
-    usable = np.empty((len(core.infos), len(ids) + 1), np.bool_)
-    for role, rows in _USABLE.items():
-        if core.by_role[role]:
-            usable[core.by_role[role]] = rows(core, ids)
-    usable[:, 0] = True
-    out = [("multi_group", MISSING_CODE[(info.kind, info.role)], info.name, usable[info.index])
-           for info in core.infos]
-    if not core.config.allow_partial_page_copy:
-        candidates = np.arange(len(ids) + 1) * core.block_tokens
-        out.append(("whole_block", "LCM_ROUNDED", f"lcm={core.lcm_tokens}", candidates % core.lcm_tokens == 0))
-    return out
+def search(core: Core, ids: NDArray[np.int32]) -> tuple[int, list[Condition]]:
+    """The lowest candidate `lo` of a window holding the answer, and the conditions over [lo, len(ids)]."""
+    span = SEARCH_BLOCKS
+    while True:
+        lo = max(0, len(ids) - span)
+        conds = conditions(core, ids, lo)
+        if lo == 0 or np.logical_and.reduce([u for *_, u in conds]).any():
+            return lo, conds
+        span *= 8
 
 
-def pages_needed(core: Core, pool: int, blocks: NDArray[np.int64]) -> NDArray[np.int64]:
-    """Pages of a prefix pool that a resume point after `blocks` blocks reads: entries j < P // r only."""
-    spec = core.infos[pool].spec
-    entries = blocks * core.block_tokens // max(1, spec.compress_ratio)
-    return np.asarray(-(-entries // spec.entries_per_page))
+def fixed_point(top: int, lo: int, conds: list[Condition]) -> tuple[int, list[Reason]]:
+    """Largest b <= top usable under every condition, and the conditions that lowered it.
 
-
-def _prefix_rows(core: Core, ids: NDArray[np.int32]) -> NDArray[np.bool_]:
-    """Per prefix pool: every page needed at b is indexed (full pages at their last block, a partial one at b-1)."""
-    pools, b = core.by_role[PoolRole.PREFIX], np.arange(len(ids) + 1)
-    ok = core.arena.prefix_pages[ids] != NULL_PAGE  # (blocks, prefix pools)
-    last_ok = np.concatenate([np.ones((1, len(pools)), np.bool_), ok])  # row b: the block before b
-    rows = np.empty((len(pools), len(b)), np.bool_)
-    for col, pool in enumerate(pools):
-        per_page = core.infos[pool].spec.tokens_per_page // core.block_tokens
-        before = np.concatenate([[True], np.logical_and.accumulate(ok[per_page - 1::per_page, col])])
-        need, full = pages_needed(core, pool, b), b // per_page
-        rows[col] = before[np.minimum(need, full)] & ((need <= full) | last_ok[:, col])
-    return rows
-
-
-def _window_rows(core: Core, ids: NDArray[np.int32]) -> NDArray[np.bool_]:
-    """Per window pool: every block in [b - W + 1, b) has its window page."""
-    pools, b = core.by_role[PoolRole.WINDOW], np.arange(len(ids) + 1)
-    missing = np.zeros((len(ids) + 1, len(pools)), np.int32)
-    np.cumsum(core.arena.window_pages[ids] == NULL_PAGE, axis=0, out=missing[1:])
-    rows = np.empty((len(pools), len(b)), np.bool_)
-    for col, pool in enumerate(pools):
-        first = np.maximum(0, b * core.block_tokens - core.window_tokens[pool] + 1) // core.block_tokens
-        rows[col] = missing[:, col] == missing[np.minimum(first, b), col]
-    return rows
-
-
-def _tail_rows(core: Core, ids: NDArray[np.int32]) -> NDArray[np.bool_]:
-    """Per tail pool: a resume point with its snapshot is kept at b."""
-    rows = np.zeros((len(core.by_role[PoolRole.TAIL]), len(ids) + 1), np.bool_)
-    rows[:, 1:] = (core.arena.tail_pages[ids] != NULL_PAGE).T & core.arena.point[ids]
-    return rows
-
-
-_USABLE = {PoolRole.PREFIX: _prefix_rows, PoolRole.WINDOW: _window_rows, PoolRole.TAIL: _tail_rows}
-
-
-def fixed_point(top: int, conds: list[tuple[str, str, str, Bools]]) -> tuple[int, list[Reason]]:
-    """Largest b <= top usable under every condition, and the conditions that lowered it."""
-    usable = np.stack([u for *_, u in conds]) if conds else np.ones((1, top + 1), np.bool_)
-    best = np.maximum.accumulate(np.where(usable, np.arange(usable.shape[1]), 0), axis=1)
+    Rows cover b in [lo, top] and some b there passes every condition, so each
+    condition's limit below any b on the way down lies in the window too.
+    """
+    usable = np.stack([u for *_, u in conds]) if conds else np.ones((1, top + 1 - lo), np.bool_)
+    best = np.maximum.accumulate(np.where(usable, np.arange(lo, top + 1), lo - 1), axis=1)
     b, lowered = top, dict[tuple[str, str], list[str]]()
     while True:
-        limits = best[:, b].tolist()
+        limits = best[:, b - lo].tolist()
         new = min(limits)
+        assert new >= lo, "the search window holds no usable candidate"
         for (layer, code, where, _), limit in zip(conds, limits, strict=False):
             if limit < b:
                 lowered.setdefault((layer, code), []).append(f"{where}: usable to block {limit} < {b}")
@@ -137,7 +91,7 @@ def reject_reasons(core: Core) -> list[Reason]:
 def match(core: Core, req: RequestState) -> Hit:
     """Validate the request's longest cached prefix through all four layers."""
     ids, reasons = matched_blocks(core, req)
-    blocks, lowered = fixed_point(len(ids), conditions(core, ids))
+    blocks, lowered = fixed_point(len(ids), *search(core, ids))
     reasons += lowered
     rejected = reject_reasons(core) if blocks else []
     if rejected:

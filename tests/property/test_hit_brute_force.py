@@ -37,6 +37,7 @@ from hkv_core.manager import (
     PoolRole,
     check_invariants,
 )
+from hkv_core.manager import hit as hit_module
 from hkv_core.testing.brute_force import brute_force_hit_tokens
 
 VOCAB = 1000  # random token ids lie in [0, VOCAB)
@@ -86,12 +87,29 @@ def _probe(m: CacheManager, tokens: np.ndarray, salt: str | None) -> int:
         hit = m.match(rid)
         expected = brute_force_hit_tokens(m, rid)
         assert hit.tokens == expected, f"match {hit.tokens} ({hit.codes}) != brute force {expected}"
+        _same_hit(hit, _narrow_match(m, rid))
         assert hit.tokens % m.layout.block_tokens == 0 and hit.tokens < len(tokens) or hit.tokens == 0
         if not m.core.config.allow_partial_page_copy:
             assert hit.tokens % m.core.lcm_tokens == 0
     finally:
         m.release(rid)
     return hit.tokens
+
+
+def _narrow_match(m: CacheManager, rid: int) -> Hit:
+    """match() searching from a one-block window upward (widening as needed) instead of the default."""
+    saved = hit_module.SEARCH_BLOCKS
+    hit_module.SEARCH_BLOCKS = 1
+    try:
+        return m.match(rid)
+    finally:
+        hit_module.SEARCH_BLOCKS = saved
+
+
+def _same_hit(full: Hit, narrow: Hit) -> None:
+    """The windowed search is exact: same length, reasons (with their details) and pages."""
+    assert (narrow.tokens, narrow.reasons) == (full.tokens, full.reasons), f"{narrow} != {full}"
+    assert {k: v.tolist() for k, v in narrow.pages.items()} == {k: v.tolist() for k, v in full.pages.items()}
 
 
 def _fingerprint(m: CacheManager) -> tuple[object, ...]:
