@@ -64,32 +64,48 @@ def _point_refs(core: Core, block: int) -> list[tuple[Ref, str]]:
     return [(r, e) for r, e in refs if r[1] != NULL_PAGE]
 
 
-def _block_refs(core: Core, block: int) -> list[tuple[Ref, str]]:
-    pages = core.arena.prefix_pages[block]
-    return [((pool, int(pages[col])), "evict") for col, pool in enumerate(core.by_role[PoolRole.PREFIX])
-            if pages[col] != NULL_PAGE]
+@attrs.frozen
+class Chunk:
+    """Columns of the unpinned current blocks of one queue chunk, as Python lists (no NumPy scalars)."""
+
+    blocks: list[int]
+    point: list[bool]
+    children: list[int]
+    parent: list[int]
+    prefix: list[tuple[int, list[int], list[int], list[bool]]]  # (pool, page, its holders, unleased) per block
+
+    @classmethod
+    def read(cls, core: Core, blocks: NDArray[np.int32]) -> Chunk:
+        a, prefix = core.arena, []
+        for col, pool in enumerate(core.by_role[PoolRole.PREFIX]):
+            pages, p = a.prefix_pages[blocks, col], core.pools[pool]
+            prefix.append((pool, pages.tolist(), p.holders[pages].tolist(), (p.leases[pages] == 0).tolist()))
+        return cls(blocks.tolist(), a.point[blocks].tolist(), a.children[blocks].tolist(),
+                   a.parent[blocks].tolist(), prefix)
 
 
-def _unit(core: Core, v: Virtual, block: int) -> list[tuple[Ref, str]] | None:
-    """The references an unpinned unit drops (and mark it in `v`), or None when it cannot go now.
+def _unit(core: Core, v: Virtual, chunk: Chunk, i: int) -> bool:
+    """Plan the i-th block of the chunk as a unit if it can go now: its point, and the block if a leaf.
 
     A block goes only as a leaf (every child already gone) that ends no live
     request's chain; its resume point can go on its own.
     """
-    a = core.arena
-    has_point = bool(a.point[block])
-    leaf = int(a.children[block]) == v.children[block] and block not in core.chain_tails
+    block, has_point = chunk.blocks[i], chunk.point[i]
+    leaf = chunk.children[i] == v.children[block] and block not in core.chain_tails
     if not has_point and not leaf:
-        return None
-    refs = _point_refs(core, block) if has_point else []
+        return False
     if has_point:
+        _count(core, v, _point_refs(core, block))
         v.no_point.add(block)
     if leaf:
-        refs += _block_refs(core, block)
+        for pool, pages, holders, unleased in chunk.prefix:
+            if pages[i] != NULL_PAGE:
+                count = v.refs[(pool, pages[i])] = v.refs[(pool, pages[i])] + 1
+                v.freed[pool] += count == holders[i] and unleased[i]
         v.gone.add(block)
-        v.children[int(a.parent[block])] += 1
+        v.children[chunk.parent[i]] += 1
     v.units.append(block)
-    return refs
+    return True
 
 
 def _count(core: Core, v: Virtual, refs: list[tuple[Ref, str]]) -> None:
@@ -116,12 +132,10 @@ def _walk(core: Core, v: Virtual, enough: Callable[[Virtual], bool]) -> None:
             first = int(np.argmax(current)) if current.any() else end - start
             a.lru_head, leading_stale = start + first, first == end - start
         blocks = a.lru_block[start:end][current]
-        for block in blocks[~_pinned_mask(core, blocks)].tolist():
-            refs = _unit(core, v, block)
-            if refs is not None:
-                _count(core, v, refs)
-                if enough(v):
-                    return
+        chunk = Chunk.read(core, blocks[~_pinned_mask(core, blocks)])
+        for i in range(len(chunk.blocks)):
+            if _unit(core, v, chunk, i) and enough(v):
+                return
         start = end
 
 
