@@ -26,6 +26,8 @@ from hkv_core.manager.core import Core
 from hkv_core.manager.pools import NULL_PAGE, PoolRole
 
 Ref = tuple[int, int]  # (pool, page)
+Slot = tuple[int, int, int]  # (block, window pool, page): a window reference kept in the arena
+PointDrops = tuple[list[tuple[Ref, str]], list[Slot]]
 Pages = NDArray[np.int32]
 QUEUE_CHUNK = 256  # LRU queue entries screened per NumPy step
 
@@ -37,9 +39,9 @@ class Virtual:
     refs: Counter[Ref] = attrs.field(factory=Counter)
     children: Counter[int] = attrs.field(factory=Counter)
     gone: set[int] = attrs.field(factory=set)
-    no_point: set[int] = attrs.field(factory=set)
     freed: Counter[int] = attrs.field(factory=Counter)
     units: list[int] = attrs.field(factory=list)
+    points: dict[int, PointDrops] = attrs.field(factory=dict)  # planned points: what each one drops
 
 
 def _pinned_mask(core: Core, blocks: NDArray[np.int32]) -> NDArray[np.bool_]:
@@ -51,17 +53,26 @@ def _pinned_mask(core: Core, blocks: NDArray[np.int32]) -> NDArray[np.bool_]:
     return pinned
 
 
-def _point_refs(core: Core, block: int) -> list[tuple[Ref, str]]:
-    a, refs = core.arena, []
-    for col, pool in enumerate(core.by_role[PoolRole.TAIL]):
-        refs.append(((pool, int(a.tail_pages[block, col])), "evict"))
-    boundary = (int(a.position[block]) + 1) * core.block_tokens
-    for col, pool in enumerate(core.by_role[PoolRole.WINDOW]):
-        first, b = core.window_first_block(pool, boundary), block
-        while b >= 0 and int(a.position[b]) >= first:
-            refs.append(((pool, int(a.window_pages[b, col])), "retire"))
-            b = int(a.parent[b])
-    return [(r, e) for r, e in refs if r[1] != NULL_PAGE]
+def _point_drops(core: Core, block: int) -> PointDrops:
+    """A resume point's references (tail snapshots, window pages of its window) and its window slots."""
+    a = core.arena
+    refs = [((pool, page), "evict") for pool, page in zip(core.by_role[PoolRole.TAIL], a.tail_pages[block].tolist(),
+                                                           strict=True) if page != NULL_PAGE]
+    windows, slots = core.by_role[PoolRole.WINDOW], list[Slot]()
+    if not windows:
+        return refs, slots
+    position = int(a.position[block])
+    firsts = [core.window_first_block(pool, (position + 1) * core.block_tokens) for pool in windows]
+    chain = [block]
+    for _ in range(position - min(firsts)):  # the block and its ancestors back to the widest window
+        chain.append(int(a.parent[chain[-1]]))
+    rows = a.window_pages[chain].tolist()
+    for col, (pool, first) in enumerate(zip(windows, firsts, strict=True)):
+        for k in range(position + 1 - first):
+            if rows[k][col] != NULL_PAGE:
+                refs.append(((pool, rows[k][col]), "retire"))
+                slots.append((chain[k], pool, rows[k][col]))
+    return refs, slots
 
 
 @attrs.frozen
@@ -95,8 +106,8 @@ def _unit(core: Core, v: Virtual, chunk: Chunk, i: int) -> bool:
     if not has_point and not leaf:
         return False
     if has_point:
-        _count(core, v, _point_refs(core, block))
-        v.no_point.add(block)
+        v.points[block] = _point_drops(core, block)
+        _count(core, v, v.points[block][0])
     if leaf:
         for pool, pages, holders, unleased in chunk.prefix:
             if pages[i] != NULL_PAGE:
@@ -154,12 +165,15 @@ def plan(core: Core, needs: dict[int, int]) -> Virtual | None:
 
 def apply(core: Core, v: Virtual) -> None:
     """Carry out a planned eviction: drop points, then blocks, then release pages in bulk per pool."""
-    a, units = core.arena, np.array(v.units, np.int32)
+    a = core.arena
     drops: dict[tuple[int, str], list[Pages]] = {}
-    points = units[a.point[units]]
-    slots = [s for block in points.tolist() for s in _window_slots(core, block)]
-    for (pool, page), event in (r for block in points.tolist() for r in _point_refs(core, block)):
-        drops.setdefault((pool, event), []).append(np.array([page], np.int32))
+    points = np.array(list(v.points), np.int32)
+    slots = [s for _, point_slots in v.points.values() for s in point_slots]
+    point_pages: dict[tuple[int, str], list[int]] = {}
+    for (pool, page), event in (r for refs, _ in v.points.values() for r in refs):
+        point_pages.setdefault((pool, event), []).append(page)
+    for key, pages in point_pages.items():
+        drops.setdefault(key, []).append(np.array(pages, np.int32))
     a.point[points] = False
     a.tail_pages[points] = NULL_PAGE
     gone = np.array([b for b in v.units if b in v.gone], np.int32)
@@ -174,17 +188,6 @@ def apply(core: Core, v: Virtual) -> None:
     for block, pool, page in slots:
         if (pool, page) in freed:
             a.window_pages[block, core.column[pool]] = NULL_PAGE
-
-
-def _window_slots(core: Core, block: int) -> list[tuple[int, int, int]]:
-    a, out = core.arena, []
-    boundary = (int(a.position[block]) + 1) * core.block_tokens
-    for col, pool in enumerate(core.by_role[PoolRole.WINDOW]):
-        first, b = core.window_first_block(pool, boundary), block
-        while b >= 0 and int(a.position[b]) >= first:
-            out.append((b, pool, int(a.window_pages[b, col])))
-            b = int(a.parent[b])
-    return out
 
 
 def _release_refs(core: Core, drops: dict[tuple[int, str], Pages]) -> set[Ref]:
