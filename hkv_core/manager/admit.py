@@ -8,6 +8,7 @@ from numpy.typing import ArrayLike
 from hkv_core.block_keys import ExtraKeys, checked_tokens
 from hkv_core.manager.core import Core, RequestState
 from hkv_core.manager.errors import AdmissionRejected
+from hkv_core.manager.id_list import IdList
 
 
 def add_request(core: Core, tokens: ArrayLike, extra: ExtraKeys) -> int:
@@ -20,7 +21,7 @@ def add_request(core: Core, tokens: ArrayLike, extra: ExtraKeys) -> int:
     rid, n_pools = core.next_rid, len(core.infos)
     core.requests[rid] = RequestState(
         rid=rid, tokens=array.astype(np.int64), keys=keys, extra=extra, prompt_tokens=len(array),
-        pinned_versions=[{} for _ in range(n_pools)], tables=[[] for _ in range(n_pools)],
+        pinned_versions=[{} for _ in range(n_pools)], tables=[IdList() for _ in range(n_pools)],
         owned=[set() for _ in range(n_pools)])
     core.next_rid += 1
     return rid

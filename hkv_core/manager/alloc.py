@@ -86,7 +86,7 @@ def allocate(core: Core, req: RequestState, num_tokens: int) -> Allocation:
         req.snapshots[b] = [snapshots[b][core.infos[p].name] for p in core.by_role[PoolRole.TAIL]]
     req.allocated, req.acquired = end, True
     core.stats["copies"] += len(copies)
-    tables = {i.index: np.array(req.tables[i.index], np.int32) for i in core.infos if i.role is not PoolRole.TAIL}
+    tables = {i.index: req.tables[i.index].view().copy() for i in core.infos if i.role is not PoolRole.TAIL}
     return Allocation(request_id=req.rid, start_tokens=start, num_tokens=num_tokens,
                       block_tables={core.infos[p].name: t for p, t in tables.items()},
                       slots={core.infos[p].name: _slots(core, p, t, start, end) for p, t in tables.items()},

@@ -11,6 +11,8 @@ is tested with arrays, not per-page set lookups.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -22,6 +24,7 @@ from hkv_core.manager.pools import NULL_PAGE, Index, PoolRole
 
 Pages = Index  # page ids as intp indices
 Ints = NDArray[np.intp]
+AnyIds = NDArray[np.signedinteger[Any]]  # int32 (chains, page tables) or intp
 
 
 def commit(core: Core, req: RequestState, num_tokens: int) -> None:
@@ -33,8 +36,8 @@ def commit(core: Core, req: RequestState, num_tokens: int) -> None:
     req.computed += num_tokens
     _complete_pages(core, req, before)
     _index_blocks(core, req)
-    chain = np.array(req.chain, np.intp)
-    _publish_prefix(core, req, chain)
+    chain = req.chain.view()
+    _publish_prefix(core, req, chain, before)
     _record_points(core, req, chain)
     _slide_windows(core, req)
 
@@ -46,7 +49,7 @@ def _owned_mask(core: Core, req: RequestState, pool: int, pages: Pages, state: s
     return np.asarray((p.owner[pages] == np.int32(req.rid)) & (p.state[pages] == np.uint8(p.table.state_index[state])))
 
 
-def _owned_in_state(core: Core, req: RequestState, pool: int, pages: list[int], state: str) -> Pages:
+def _owned_in_state(core: Core, req: RequestState, pool: int, pages: list[int] | AnyIds, state: str) -> Pages:
     arr = np.array(pages, np.intp)
     return arr[_owned_mask(core, req, pool, arr, state)] if arr.size else arr
 
@@ -62,8 +65,8 @@ def _complete_pages(core: Core, req: RequestState, before: int) -> None:
             complete = table[before // core.block_tokens:req.computed // core.block_tokens]
         else:
             col = core.column[info.index]
-            complete = [pages[col] for b, pages in req.snapshots.items() if b <= req.computed]
-        if complete:
+            complete = np.array([pages[col] for b, pages in req.snapshots.items() if b <= req.computed], np.int32)
+        if len(complete):
             core.pools[info.index].step(_owned_in_state(core, req, info.index, complete, "RESERVED"),
                                         "write_done", req.rid)
 
@@ -83,19 +86,24 @@ def _index_blocks(core: Core, req: RequestState) -> None:
             core.keys.insert_many(keys[known:], ids)
             req.chain.extend(ids.tolist())
         core.move_chain_tail(before, chain_tail(req))
-        arena.touch(np.array(req.chain[start:blocks], np.int32))
+        arena.touch(req.chain[start:blocks])
 
 
-def _publish_prefix(core: Core, req: RequestState, chain: Pages) -> None:
-    """Reference each complete owned prefix page from the blocks that lack one; publish it if used."""
+def _publish_prefix(core: Core, req: RequestState, chain: AnyIds, before: int) -> None:
+    """Reference each owned prefix page this commit completed from the blocks that lack one; publish it if used.
+
+    Only pages completed now are looked at: a page none of whose blocks lacked
+    one stays private (its blocks keep their pages while the request's chain
+    holds them), so a later commit would find nothing to do for it.
+    """
     for pool in core.by_role[PoolRole.PREFIX]:
         spec, col = core.infos[pool].spec, core.column[pool]
-        per_page = spec.tokens_per_page // core.block_tokens
-        table = np.array(req.tables[pool][:req.computed // spec.tokens_per_page], np.intp)
+        per_page, first = spec.tokens_per_page // core.block_tokens, before // spec.tokens_per_page
+        table = req.tables[pool][first:req.computed // spec.tokens_per_page].astype(np.intp)
         at = np.flatnonzero(_owned_mask(core, req, pool, table, "READY")) if table.size else table
         if not at.size:
             continue
-        ready = table[at]
+        ready, at = table[at], at + first
         ids = chain[(at[:, None] * per_page + np.arange(per_page)).ravel()] if per_page > 1 else chain[at]
         column = core.arena.prefix_pages[:, col]  # a view: writes go to the arena
         empty = column[ids] == NULL_PAGE
@@ -123,7 +131,7 @@ def add_counts(counts: NDArray[np.int32], pages: Pages, delta: int) -> None:
     counts[low:low + len(bins)] += (delta * bins).astype(counts.dtype)
 
 
-def _record_points(core: Core, req: RequestState, chain: Pages) -> None:
+def _record_points(core: Core, req: RequestState, chain: AnyIds) -> None:
     """Index the resume points whose snapshots are due; a point already indexed keeps its own pages."""
     due = sorted(b for b in req.snapshots if b <= req.computed)
     if not due:
@@ -132,7 +140,7 @@ def _record_points(core: Core, req: RequestState, chain: Pages) -> None:
     blocks = chain[np.array(due, np.intp) // core.block_tokens - 1]
     snaps = np.array([req.snapshots.pop(b) for b in due], np.intp).reshape(len(due), len(tails))
     spans = {pool: _window_spans(core, pool, due) for pool in core.by_role[PoolRole.WINDOW]}
-    tables = {pool: np.array(req.tables[pool], np.intp) for pool in spans}
+    tables = {pool: req.tables[pool].view() for pool in spans}
     fresh = ~core.arena.point[blocks] & _windows_publishable(core, req, chain, tables, spans, len(due))
     for col, pool in enumerate(tails):
         core.pools[pool].step(snaps[~fresh, col], "abort", req.rid)
@@ -152,7 +160,7 @@ def _window_spans(core: Core, pool: int, due: list[int]) -> tuple[Ints, Ints]:
     return np.concatenate(spans), np.repeat(np.arange(len(due)), [len(k) for k in spans])
 
 
-def _windows_publishable(core: Core, req: RequestState, chain: Pages, tables: dict[int, Pages],
+def _windows_publishable(core: Core, req: RequestState, chain: AnyIds, tables: dict[int, AnyIds],
                          spans: dict[int, tuple[Ints, Ints]], points: int) -> NDArray[np.bool_]:
     """Per due point: every window page it would index is the request's own or still PUBLISHED.
 
@@ -170,7 +178,7 @@ def _windows_publishable(core: Core, req: RequestState, chain: Pages, tables: di
     return ok
 
 
-def _hold_windows(core: Core, req: RequestState, pool: int, chain: Pages, table: Pages, ks: Ints) -> None:
+def _hold_windows(core: Core, req: RequestState, pool: int, chain: AnyIds, table: AnyIds, ks: Ints) -> None:
     """Each new point holds one reference on every window page it needs (`ks`: their blocks, per point)."""
     if not ks.size:
         return
@@ -199,14 +207,14 @@ def _slide_windows(core: Core, req: RequestState) -> None:
         req.window_floor[pool] = max(floor, top)
         if top <= floor:
             continue
-        gone = np.array(table[floor:top], np.intp)
+        gone = table[floor:top].astype(np.intp)
         gone = gone[gone != NULL_PAGE]
         mine = core.pools[pool].owner[gone] == req.rid
         aborts = gone[mine]
         core.pools[pool].step(aborts, "abort", req.rid)
         req.owned[pool].difference_update(aborts.tolist())
         unpin(core, req, pool, gone[~mine])
-        table[floor:top] = [NULL_PAGE] * (top - floor)
+        table[floor:top] = NULL_PAGE
 
 
 def unpin(core: Core, req: RequestState, pool: int, pages: Pages) -> None:

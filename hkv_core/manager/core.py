@@ -20,6 +20,7 @@ from hkv_core.errors import ConfigError
 from hkv_core.layout import Layout
 from hkv_core.manager.arena import NO_BLOCK, BlockArena
 from hkv_core.manager.config import ManagerConfig
+from hkv_core.manager.id_list import IdList
 from hkv_core.manager.key_table import KeyTable
 from hkv_core.manager.pools import ROLE_OF, PagePool, PoolInfo, PoolRole
 from hkv_core.spec import compile_lifecycle, load_lifecycle
@@ -36,13 +37,13 @@ class RequestState:
     prompt_tokens: int
     computed: int = 0
     allocated: int = 0
-    chain: list[int] = attrs.field(factory=list)  # arena ids of blocks 0.. in the index
+    chain: IdList = attrs.field(factory=IdList)  # arena ids of blocks 0.. in the index
     hit_tokens: int = 0
     matched: bool = False
     acquired: bool = False
     pinned_versions: list[dict[int, int]] = attrs.field(factory=list)  # per pool: pinned page -> version
     hit_pages: dict[int, NDArray[np.int32]] = attrs.field(factory=dict)  # per pool: pages of its hit
-    tables: list[list[int]] = attrs.field(factory=list)  # per pool: prefix page / window block / tail
+    tables: list[IdList] = attrs.field(factory=list)  # per pool: prefix page / window block / tail
     owned: list[set[int]] = attrs.field(factory=list)  # per pool: pages it owns (unpublished)
     snapshots: dict[int, list[int]] = attrs.field(factory=dict)  # boundary -> page per tail pool
     window_floor: dict[int, int] = attrs.field(factory=dict)  # per window pool: blocks below are dropped
@@ -170,8 +171,8 @@ ARENA_COLUMNS = ("key", "parent", "position", "children", "lru_pos", "alive", "p
 def _clone_request(req: RequestState) -> RequestState:
     """Token and key arrays are copied: decoding appends in place into their room."""
     return attrs.evolve(req, tokens=req.tokens.copy(), keys=req.keys.copy(), token_room=None, key_room=None,
-                        chain=list(req.chain), pinned_versions=[dict(d) for d in req.pinned_versions],
-                        hit_pages=dict(req.hit_pages), tables=[list(t) for t in req.tables],
+                        chain=req.chain.copy(), pinned_versions=[dict(d) for d in req.pinned_versions],
+                        hit_pages=dict(req.hit_pages), tables=[t.copy() for t in req.tables],
                         owned=[set(o) for o in req.owned], snapshots={b: list(p) for b, p in req.snapshots.items()},
                         window_floor=dict(req.window_floor))
 

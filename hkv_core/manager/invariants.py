@@ -85,7 +85,7 @@ def _chains_indexed(core: Core) -> list[str]:
     """Every block of a live request's chain is alive under the request's own key; chain tails are counted."""
     a, out = core.arena, []
     for req in core.requests.values():
-        chain = np.array(req.chain, np.int64)
+        chain = req.chain.view()
         ok = a.alive[chain] & np.all(a.key[chain] == req.keys[:len(chain)], axis=1)
         if not np.all(ok):
             out.append(f"request {req.rid}: chain blocks {chain[~ok].tolist()[:8]} are not indexed under its keys")
@@ -167,7 +167,7 @@ def _lru_queue_ordered(core: Core) -> list[str]:
         return [f"blocks {lost.tolist()[:8]} have no current LRU queue entry"]
     live = np.zeros(len(a.alive), np.bool_)
     for req in core.requests.values():
-        live[req.chain] = True
+        live[req.chain.view()] = True
     child = alive[(a.parent[alive] != NO_BLOCK)]
     parent = a.parent[child]
     late = child[~live[parent] & (a.lru_pos[child] > a.lru_pos[parent])]

@@ -6,6 +6,7 @@ import numpy as np
 
 from hkv_core.manager.core import Core, RequestState, chain_tail
 from hkv_core.manager.errors import StaleLease
+from hkv_core.manager.id_list import IdList
 from hkv_core.manager.pools import NULL_PAGE, Index, Pages, PoolRole
 from hkv_core.manager.records import Hit
 
@@ -48,17 +49,17 @@ def acquire(core: Core, req: RequestState, hit: Hit) -> None:
         pin(core, req, pool, pages)
     blocks = len(hit.block_ids)
     before = chain_tail(req)
-    req.chain = hit.block_ids.tolist()
+    req.chain = IdList(hit.block_ids)
     core.move_chain_tail(before, chain_tail(req))
     req.computed = req.allocated = req.hit_tokens = hit.tokens
     req.hit_pages = {core.pool_index[n]: p.copy() for n, p in hit.pages.items()}
     core.arena.touch(hit.block_ids)
     for info in core.infos:
-        got = hit.pages[info.name].tolist() if info.name in hit.pages else []
+        got = hit.pages.get(info.name, np.zeros(0, np.int32))
         if info.role is PoolRole.PREFIX:
-            req.tables[info.index] = got
+            req.tables[info.index] = IdList(got)
         elif info.role is PoolRole.WINDOW:
             first = core.window_first_block(info.index, hit.tokens)
-            req.tables[info.index] = [NULL_PAGE] * first + got
+            req.tables[info.index] = IdList(np.concatenate([np.full(first, NULL_PAGE, np.int32), got]))
             assert len(req.tables[info.index]) == blocks or not blocks
     req.acquired = True

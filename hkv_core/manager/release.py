@@ -18,6 +18,6 @@ def release(core: Core, req: RequestState) -> None:
             p.step(np.fromiter(owned, np.intp, len(owned)), "abort", req.rid)
             owned.clear()
     req.snapshots.clear()
-    core.arena.touch(np.array(req.chain, np.int32))  # its whole chain was in use until now (LRU order)
+    core.arena.touch(req.chain.view())  # its whole chain was in use until now (LRU order)
     core.move_chain_tail(chain_tail(req), NO_BLOCK)
     del core.requests[req.rid]

@@ -1,0 +1,92 @@
+"""IdList: a growable int32 array of page or block ids with the list operations the manager uses.
+
+A request's chain and page tables grow by a block at a time while decoding;
+as Python lists every step converted the whole list to an array (O(context)
+per decoded token).  IdList keeps the ids in NumPy with doubling room:
+`view()` is free, `extend` is amortized O(new), and iteration, `len`,
+integer indexing and equality with a list behave like a list of ints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import overload
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+Ids = NDArray[np.int32]
+MIN_ROOM = 16
+
+
+class IdList:
+    """Ids 0 .. len-1 live in `self._data[:len]`; slices and `view()` are views (copy before keeping them)."""
+
+    __slots__ = ("_data", "_len")
+
+    def __init__(self, values: ArrayLike = ()) -> None:
+        ids = np.asarray(values, np.int32).ravel()
+        self._data: Ids = np.empty(max(MIN_ROOM, 2 * len(ids)), np.int32)
+        self._data[:len(ids)] = ids
+        self._len = len(ids)
+
+    def view(self) -> Ids:
+        return self._data[:self._len]
+
+    def extend(self, values: ArrayLike) -> None:
+        ids = np.asarray(values, np.int32).ravel()
+        end = self._len + len(ids)
+        if end > len(self._data):
+            grown = np.empty(max(2 * end, MIN_ROOM), np.int32)
+            grown[:self._len] = self.view()
+            self._data = grown
+        self._data[self._len:end] = ids
+        self._len = end
+
+    def append(self, value: int) -> None:
+        self.extend((value,))
+
+    def copy(self) -> IdList:
+        return IdList(self.view())
+
+    def tolist(self) -> list[int]:
+        return list(self.view().tolist())
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __bool__(self) -> bool:
+        return self._len > 0
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.tolist())
+
+    @overload
+    def __getitem__(self, key: int) -> int: ...
+
+    @overload
+    def __getitem__(self, key: slice) -> Ids: ...
+
+    def __getitem__(self, key: int | slice) -> int | Ids:
+        if isinstance(key, slice):
+            return self.view()[key]
+        if not -self._len <= key < self._len:
+            raise IndexError(f"index {key} out of range for {self._len} ids")
+        return int(self._data[key % self._len])
+
+    def __setitem__(self, key: int | slice, value: ArrayLike) -> None:
+        if isinstance(key, int) and not -self._len <= key < self._len:
+            raise IndexError(f"index {key} out of range for {self._len} ids")
+        self.view()[key] = value
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, IdList):
+            return bool(np.array_equal(self.view(), other.view()))
+        if isinstance(other, list | tuple):
+            return self.tolist() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"IdList({self.tolist()})"
