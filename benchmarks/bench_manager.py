@@ -64,6 +64,7 @@ QUICK_REQUESTS = 40
 LONG_TOKENS = 1_048_576
 QUICK_LONG_TOKENS = 16_384
 CHUNK_TOKENS = 8_192
+DECODE_STEPS = 64  # one-token decode steps timed on the long context after its prefill
 RUNS = 3
 QUICK_RUNS = 1
 MEMORY_FRAMES = 6  # tracemalloc stack depth: enough to see the hkv_core caller under numpy's Python wrappers
@@ -254,6 +255,8 @@ def run_long(layout: Layout, tokens: np.ndarray, pool_pages: int) -> dict[str, f
         c = ns()
         alloc_ns, commit_ns = alloc_ns + b - a, commit_ns + c - b
     t3 = ns()
+    decode_us = decode_steps(m, rid)
+    t3b = ns()
     m.release(rid)
     t4 = ns()
     core.hasher.hash_blocks(tokens, extra)
@@ -268,7 +271,8 @@ def run_long(layout: Layout, tokens: np.ndarray, pool_pages: int) -> dict[str, f
     t9 = ns()
     out.update(hash_ms=(t1 - t0) / 1e6, add_request_ms=(t2 - t1) / 1e6,
                allocate_commit_ms=(t3 - t2) / 1e6, allocate_ms=alloc_ns / 1e6, commit_ms=commit_ns / 1e6,
-               release_ms=(t4 - t3) / 1e6, hash2_ms=(t5 - t4) / 1e6, add_request2_ms=(t6 - t5) / 1e6,
+               release_ms=(t4 - t3b) / 1e6, decode_step_us=decode_us, hash2_ms=(t5 - t4) / 1e6,
+               add_request2_ms=(t6 - t5) / 1e6,
                match_ms=(t7 - t6) / 1e6, acquire2_ms=(t8 - t7) / 1e6, release2_ms=(t9 - t8) / 1e6,
                hit_tokens=float(found.tokens))
     return out
@@ -369,6 +373,18 @@ def measure_long_memory(layout: Layout, tokens: np.ndarray, pool_pages: int) -> 
     }
 
 
+def decode_steps(m: CacheManager, rid: int) -> float:
+    """Median us of DECODE_STEPS decode steps (append_tokens(1) + allocate(1) + commit(1)) on the long context."""
+    times = []
+    for step in range(DECODE_STEPS):
+        a = ns()
+        m.append_tokens(rid, np.array([step % 1000]))
+        m.allocate(rid, 1)
+        m.commit(rid, 1)
+        times.append((ns() - a) / 1e3)
+    return statistics.median(times)
+
+
 def bench_long(name: str, tokens: np.ndarray, runs: int) -> dict[str, Any]:
     layout = LAYOUTS[name]()
     pool_pages = long_pool_pages(len(tokens))
@@ -436,6 +452,8 @@ def print_long(r: dict[str, Any]) -> None:
     print(f"  add_request (hash inside)   {ms['add_request_ms']:>10.1f} ms")
     print(f"  allocate + commit           {ms['allocate_commit_ms']:>10.1f} ms   (allocate {ms['allocate_ms']:.1f}, "
           f"commit {ms['commit_ms']:.1f})")
+    print(f"  decode step at that context {ms['decode_step_us']:>10.1f} us   (append_tokens + allocate + commit of one"
+          f" token, median of {DECODE_STEPS})")
     print(f"  release                     {ms['release_ms']:>10.1f} ms")
     print(f"  2nd request: hash           {ms['hash2_ms']:>10.1f} ms   add_request {ms['add_request2_ms']:.1f} ms")
     print(f"  2nd request: match          {ms['match_ms']:>10.1f} ms   target < {TARGET_LONG['match_ms']:.0f}: "
