@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
@@ -20,8 +20,12 @@ from hkv_core.manager.arena import NO_BLOCK
 from hkv_core.manager.core import Core
 from hkv_core.manager.pools import NULL_PAGE, PoolRole
 
-if TYPE_CHECKING:
-    from hkv_core.manager.manager import CacheManager
+
+class HasCore(Protocol):
+    """A CacheManager, or anything else that exposes the manager state it wraps."""
+
+    @property
+    def core(self) -> Core: ...
 
 Check = Callable[[Core], list[str]]
 
@@ -217,7 +221,7 @@ INVARIANTS: Mapping[str, Check] = MappingProxyType({
                             disk_copy_durable)})
 
 
-def check_invariants(manager: CacheManager | Core) -> list[str]:
+def check_invariants(manager: HasCore | Core) -> list[str]:
     """Every violated invariant of the spec on the live manager, as messages ('name: detail')."""
     core = manager if isinstance(manager, Core) else manager.core
     return [f"{inv.name}: {msg}" for inv in core.spec.invariants for msg in INVARIANTS[inv.name](core)]

@@ -25,6 +25,7 @@ from hkv_core.manager import admit, alloc, commit, evict, hit, lease, release
 from hkv_core.manager.config import ManagerConfig
 from hkv_core.manager.core import Core, RequestState
 from hkv_core.manager.errors import InvalidRequestState, UnknownRequest
+from hkv_core.manager.invariants import InvariantViolation, check_invariants
 from hkv_core.manager.records import Allocation, Hit
 
 P = ParamSpec("P")
@@ -125,8 +126,6 @@ class CacheManager:
         return req
 
     def _assert_invariants(self, action: str) -> None:
-        from hkv_core.manager.invariants import InvariantViolation, check_invariants
-
         broken = check_invariants(self)
         if broken:
             raise InvariantViolation(action=action, violations=broken)
