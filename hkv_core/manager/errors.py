@@ -27,6 +27,19 @@ class StaleLease(HkvError):
         self.expected_state, self.found_state = expected_state, found_state
 
 
+BLOCK_INDEX = "block index"  # StaleLease.pool when a block or resume point of the hit left the index
+
+
+def stale_block(*, block: int, request_id: int, point: bool) -> StaleLease:
+    """StaleLease for a hit whose block (or the resume point at its end) was evicted after match.
+
+    `page` is the arena block id; versions are 0 (blocks carry none); the
+    states say what moved: INDEXED -> EVICTED, or POINT -> NO_POINT.
+    """
+    return StaleLease(pool=BLOCK_INDEX, page=block, expected_version=0, found_version=0, request_id=request_id,
+                      expected_state="POINT" if point else "INDEXED", found_state="NO_POINT" if point else "EVICTED")
+
+
 class AdmissionRejected(HkvError):
     """A request would exceed an admission cap (requests in flight, pages of a pool)."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from hkv_core.manager.core import Core, RequestState, chain_tail
-from hkv_core.manager.errors import StaleLease
+from hkv_core.manager.errors import StaleLease, stale_block
 from hkv_core.manager.id_list import IdList
 from hkv_core.manager.pools import NULL_PAGE, Index, Pages, PoolRole
 from hkv_core.manager.records import Hit
@@ -28,7 +28,25 @@ def verify(core: Core, req: RequestState, hit: Hit) -> dict[int, Index]:
                              found_version=int(now[i]), request_id=req.rid,
                              found_state=pool.state_name(int(pages[i])))
         out[core.pool_index[name]] = index
+    _check_blocks(core, req, hit)
     return out
+
+
+def _check_blocks(core: Core, req: RequestState, hit: Hit) -> None:
+    """StaleLease unless every block of the hit is still indexed under its key, with its resume point.
+
+    Pages shared with earlier blocks can keep their versions when a hit's
+    last blocks are evicted; the request's chain must never name a dropped
+    (possibly recycled) block.
+    """
+    ids, a = hit.block_ids, core.arena
+    if not len(ids):
+        return
+    gone = ~a.alive[ids] | np.any(a.key[ids] != req.keys[:len(ids)], axis=1)
+    if np.count_nonzero(gone):
+        raise stale_block(block=int(ids[np.flatnonzero(gone)[0]]), request_id=req.rid, point=False)
+    if core.needs_points() and not a.point[ids[-1]]:
+        raise stale_block(block=int(ids[-1]), request_id=req.rid, point=True)
 
 
 def pin(core: Core, req: RequestState, pool: int, pages: Pages | Index) -> None:

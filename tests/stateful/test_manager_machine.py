@@ -182,3 +182,22 @@ def test_new_point_never_indexes_a_retired_window_page() -> None:
     m.commit(b, 64)  # the point at 128 needs window blocks 0-7, among them b's retired pages
     assert check_invariants(m) == []
     assert m.match(m.add_request(prompt)).tokens < 128  # so it was not recorded
+
+
+def test_acquire_refuses_a_hit_whose_block_left_the_index() -> None:
+    """Defence in depth: pages shared with earlier blocks could keep their versions when a hit's last block goes
+    (no preset reaches it: tails or per-block pages always move first), so acquire also checks the blocks."""
+    m = CacheManager(Layout.from_preset("llama_full"), ManagerConfig(default_pool_pages=16, seed=0))
+    prompt = np.arange(3 * m.layout.block_tokens)
+    a = m.add_request(prompt)
+    m.allocate(a, 48)
+    m.commit(a, 48)
+    m.release(a)
+    b = m.add_request(prompt)
+    hit = m.match(b)
+    last = int(hit.block_ids[-1])
+    m.core.arena.alive[last] = False  # as if dropped while its page stayed published
+    with pytest.raises(StaleLease) as err:
+        m.acquire(b, hit)
+    assert (err.value.pool, err.value.page, err.value.found_state) == ("block index", last, "EVICTED")
+    assert m.core.requests[b].chain == [] and not any(m.core.requests[b].pinned_versions)
