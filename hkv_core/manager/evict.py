@@ -29,7 +29,8 @@ Ref = tuple[int, int]  # (pool, page)
 Slot = tuple[int, int, int]  # (block, window pool, page): a window reference kept in the arena
 PointDrops = tuple[list[tuple[Ref, str]], list[Slot]]
 Pages = NDArray[np.int32]
-QUEUE_CHUNK = 256  # LRU queue entries screened per NumPy step
+QUEUE_CHUNK = 256  # LRU queue entries screened by the first NumPy step of a walk (doubling after)
+MAX_QUEUE_CHUNK = 65_536
 
 
 @attrs.define
@@ -134,10 +135,11 @@ def _walk(core: Core, v: Virtual, enough: Callable[[Virtual], bool]) -> None:
     comes before its parent's (blocks of live chains excepted: they never go),
     so by the time a block is reached it is a leaf if it ever will be.
     """
-    a, start = core.arena, core.arena.lru_head
+    a, start, chunk_entries = core.arena, core.arena.lru_head, QUEUE_CHUNK
     leading_stale = True
     while start < a.lru_len and not enough(v):
-        end = min(start + QUEUE_CHUNK, a.lru_len)
+        end = min(start + chunk_entries, a.lru_len)
+        chunk_entries = min(2 * chunk_entries, MAX_QUEUE_CHUNK)  # long live chains at the front: O(log) rounds
         current = a.current(start, end)
         if leading_stale:
             first = int(np.argmax(current)) if current.any() else end - start

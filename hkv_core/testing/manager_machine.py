@@ -148,7 +148,8 @@ def full_snapshot(core: Core) -> Snapshot:
     a = core.arena
     pools = tuple((tuple(p.free), p.state.tobytes(), p.version.tobytes(), p.holders.tobytes(),
                    p.frozen.tobytes()) for p in core.pools)
-    index = tuple(x.tobytes() for x in (a.alive, a.point, a.parent, a.children, a.lru_pos, a.prefix_pages,
+    queue = a.lru_block[a.lru_head:a.lru_len][a.current(a.lru_head, a.lru_len)]  # the LRU order, stale entries aside
+    index = tuple(x.tobytes() for x in (queue, a.alive, a.point, a.parent, a.children, a.prefix_pages,
                                         a.window_pages, a.tail_pages))
     return pins_snapshot(core), pools, index, core.keys.count, tuple(sorted(core.stats.items()))
 
