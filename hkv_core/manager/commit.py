@@ -17,10 +17,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hkv_core.manager.arena import NO_BLOCK
-from hkv_core.manager.core import Core, RequestState, chain_tail
+from hkv_core.manager.core import Core, RequestState
 from hkv_core.manager.errors import InvalidRequestState
 from hkv_core.manager.lease import pin
-from hkv_core.manager.pools import NULL_PAGE, Index, PoolRole
+from hkv_core.manager.pools import NULL_PAGE, Index, PoolRole, add_counts
 
 Pages = Index  # page ids as intp indices
 Ints = NDArray[np.intp]
@@ -75,17 +75,15 @@ def _index_blocks(core: Core, req: RequestState) -> None:
     """Chain the request's newly complete blocks (found indexed or added); only they are touched here."""
     arena, start, blocks = core.arena, len(req.chain), req.computed // core.block_tokens
     if blocks > start:
-        before = chain_tail(req)
         keys = req.keys[start:blocks]
         found = core.keys.lookup(keys)
         known = int(np.argmin(found >= 0)) if np.any(found < 0) else len(found)
-        req.chain.extend(found[:known].tolist())
+        req.chain.extend(found[:known])
         if known < len(found):
             parent = req.chain[-1] if req.chain else NO_BLOCK
             ids = arena.add_chain(keys[known:], parent, start + known)
             core.keys.insert_many(keys[known:], ids)
-            req.chain.extend(ids.tolist())
-        core.move_chain_tail(before, chain_tail(req))
+            req.chain.extend(ids)
         arena.touch(req.chain[start:blocks])
 
 
@@ -120,15 +118,6 @@ def _publish_own(core: Core, req: RequestState, pool: int, pages: Pages) -> None
     core.pools[pool].step(pages, "publish", req.rid)
     req.owned[pool].difference_update(pages.tolist())
     pin(core, req, pool, pages)
-
-
-def add_counts(counts: NDArray[np.int32], pages: Pages, delta: int) -> None:
-    """counts[page] += delta for every occurrence of a page in `pages` (repeats add up, like ufunc.at)."""
-    if not pages.size:
-        return
-    low = int(pages.min())
-    bins = np.bincount(pages - low)
-    counts[low:low + len(bins)] += (delta * bins).astype(counts.dtype)
 
 
 def _record_points(core: Core, req: RequestState, chain: AnyIds) -> None:

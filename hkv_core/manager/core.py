@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import copy
 import math
-from collections import Counter
-from typing import Any
 
 import attrs
 import numpy as np
@@ -18,9 +16,9 @@ from numpy.typing import NDArray
 from hkv_core.block_keys import BlockHasher, ExtraKeys
 from hkv_core.errors import ConfigError
 from hkv_core.layout import Layout
-from hkv_core.manager.arena import NO_BLOCK, BlockArena
+from hkv_core.manager.arena import BlockArena
 from hkv_core.manager.config import ManagerConfig
-from hkv_core.manager.id_list import IdList
+from hkv_core.manager.id_list import IdList, appended
 from hkv_core.manager.key_table import KeyTable
 from hkv_core.manager.pools import ROLE_OF, PagePool, PoolInfo, PoolRole
 from hkv_core.spec import compile_lifecycle, load_lifecycle
@@ -56,21 +54,6 @@ class RequestState:
         self.keys, self.key_room = appended(self.keys, self.key_room, keys)
 
 
-def appended(view: NDArray[Any], room: NDArray[Any] | None,
-             more: NDArray[Any]) -> tuple[NDArray[Any], NDArray[Any]]:
-    """`view` + `more` as a prefix view of `room` (reallocated, doubling, only when full)."""
-    n, m = len(view), len(more)
-    if room is None or n + m > len(room):
-        room = np.empty((max(64, 2 * (n + m)), *view.shape[1:]), view.dtype)
-        room[:n] = view
-    room[n:n + m] = more
-    return room[:n + m], room
-
-
-def chain_tail(req: RequestState) -> int:
-    return req.chain[-1] if req.chain else NO_BLOCK
-
-
 class Core:
     """All manager state; no locking here (the facade locks)."""
 
@@ -89,7 +72,6 @@ class Core:
         self.keys = KeyTable(self.arena)  # ids only; keys are read from arena.key
         self.hasher = BlockHasher(block_tokens=layout.block_tokens, seed=config.seed)
         self.requests: dict[int, RequestState] = {}
-        self.chain_tails: Counter[int] = Counter()  # last block of each live request's chain -> requests
         self.next_rid = 0
         page_tokens = [self.infos[i].spec.tokens_per_page for i in self.by_role[PoolRole.PREFIX]]
         self.lcm_tokens = math.lcm(layout.block_tokens, *page_tokens)
@@ -97,21 +79,6 @@ class Core:
 
     def request(self, rid: int) -> RequestState:
         return self.requests[rid]
-
-    def move_chain_tail(self, before: int, after: int) -> None:
-        """A request's chain now ends at block `after` instead of `before` (NO_BLOCK: empty chain).
-
-        Eviction never drops the last block of a live request's chain; as only
-        leaves are dropped, every block a chain names stays indexed (F11).
-        """
-        if before == after:
-            return
-        if before != NO_BLOCK:
-            self.chain_tails[before] -= 1
-            if not self.chain_tails[before]:
-                del self.chain_tails[before]
-        if after != NO_BLOCK:
-            self.chain_tails[after] += 1
 
     def needs_points(self) -> bool:
         """True when resume points carry objects (windows or tails) beyond the prefix pages."""
@@ -159,7 +126,6 @@ def clone_core(core: Core) -> Core:
     twin.arena.free = list(core.arena.free)
     twin.keys = core.keys.clone(twin.arena)
     twin.requests = {rid: _clone_request(r) for rid, r in core.requests.items()}
-    twin.chain_tails = Counter(core.chain_tails)
     twin.stats = dict(core.stats)
     return twin
 

@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hkv_core.manager.core import Core
-from hkv_core.manager.pools import NULL_PAGE, PoolRole
+from hkv_core.manager.pools import NULL_PAGE, PoolRole, add_counts
 
 Ref = tuple[int, int]  # (pool, page)
 Slot = tuple[int, int, int]  # (block, window pool, page): a window reference kept in the arena
@@ -43,6 +43,12 @@ class Virtual:
     freed: Counter[int] = attrs.field(factory=Counter)
     units: list[int] = attrs.field(factory=list)
     points: dict[int, PointDrops] = attrs.field(factory=dict)  # planned points: what each one drops
+    tails: set[int] = attrs.field(factory=set)  # the last block of every live request's chain: never dropped
+
+
+def live_chain_tails(core: Core) -> set[int]:
+    """Blocks that end a live request's chain; as only leaves go, keeping them keeps every chain indexed (F11)."""
+    return {req.chain[-1] for req in core.requests.values() if req.chain}
 
 
 def _pinned_mask(core: Core, blocks: NDArray[np.int32]) -> NDArray[np.bool_]:
@@ -103,7 +109,7 @@ def _unit(core: Core, v: Virtual, chunk: Chunk, i: int) -> bool:
     request's chain; its resume point can go on its own.
     """
     block, has_point = chunk.blocks[i], chunk.point[i]
-    leaf = chunk.children[i] == v.children[block] and block not in core.chain_tails
+    leaf = chunk.children[i] == v.children[block] and block not in v.tails
     if not has_point and not leaf:
         return False
     if has_point:
@@ -136,6 +142,7 @@ def _walk(core: Core, v: Virtual, enough: Callable[[Virtual], bool]) -> None:
     so by the time a block is reached it is a leaf if it ever will be.
     """
     a, start, chunk_entries = core.arena, core.arena.lru_head, QUEUE_CHUNK
+    v.tails = live_chain_tails(core)
     leading_stale = True
     while start < a.lru_len and not enough(v):
         end = min(start + chunk_entries, a.lru_len)
@@ -168,14 +175,12 @@ def plan(core: Core, needs: dict[int, int]) -> Virtual | None:
 def apply(core: Core, v: Virtual) -> None:
     """Carry out a planned eviction: drop points, then blocks, then release pages in bulk per pool."""
     a = core.arena
-    drops: dict[tuple[int, str], list[Pages]] = {}
     points = np.array(list(v.points), np.int32)
     slots = [s for _, point_slots in v.points.values() for s in point_slots]
     point_pages: dict[tuple[int, str], list[int]] = {}
     for (pool, page), event in (r for refs, _ in v.points.values() for r in refs):
         point_pages.setdefault((pool, event), []).append(page)
-    for key, pages in point_pages.items():
-        drops.setdefault(key, []).append(np.array(pages, np.int32))
+    drops = {key: [np.array(pages, np.int32)] for key, pages in point_pages.items()}
     a.point[points] = False
     a.tail_pages[points] = NULL_PAGE
     gone = np.array([b for b in v.units if b in v.gone], np.int32)
@@ -199,7 +204,7 @@ def _release_refs(core: Core, drops: dict[tuple[int, str], Pages]) -> set[Ref]:
         if not pages.size:
             continue
         p = core.pools[pool]
-        np.subtract.at(p.holders, pages, 1)
+        add_counts(p.holders, pages, -1)
         assert np.all(p.holders[pages] >= 0)
         gone = np.unique(pages[p.holders[pages] == 0])
         p.step(gone, event)

@@ -10,13 +10,27 @@ integer indexing and equality with a list behave like a list of ints.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import overload
+from typing import Any, overload
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 Ids = NDArray[np.int32]
 MIN_ROOM = 16
+
+
+def appended(view: NDArray[Any], room: NDArray[Any] | None,
+             more: NDArray[Any]) -> tuple[NDArray[Any], NDArray[Any]]:
+    """`view` + `more` as a prefix view of `room` (reallocated, doubling, only when full).
+
+    `view` must be `room[:len(view)]` (or any array when `room` is None).
+    """
+    n, m = len(view), len(more)
+    if room is None or n + m > len(room):
+        room = np.empty((max(MIN_ROOM, 2 * (n + m)), *view.shape[1:]), view.dtype)
+        room[:n] = view
+    room[n:n + m] = more
+    return room[:n + m], room
 
 
 class IdList:
@@ -34,14 +48,8 @@ class IdList:
         return self._data[:self._len]
 
     def extend(self, values: ArrayLike) -> None:
-        ids = np.asarray(values, np.int32).ravel()
-        end = self._len + len(ids)
-        if end > len(self._data):
-            grown = np.empty(max(2 * end, MIN_ROOM), np.int32)
-            grown[:self._len] = self.view()
-            self._data = grown
-        self._data[self._len:end] = ids
-        self._len = end
+        view, self._data = appended(self.view(), self._data, np.asarray(values, np.int32).ravel())
+        self._len = len(view)
 
     def append(self, value: int) -> None:
         self.extend((value,))

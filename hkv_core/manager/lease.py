@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hkv_core.manager.core import Core, RequestState, chain_tail
+from hkv_core.manager.core import Core, RequestState
 from hkv_core.manager.errors import StaleLease, stale_block
 from hkv_core.manager.id_list import IdList
 from hkv_core.manager.pools import NULL_PAGE, Index, Pages, PoolRole
@@ -66,9 +66,7 @@ def acquire(core: Core, req: RequestState, hit: Hit) -> None:
     for pool, pages in verify(core, req, hit).items():
         pin(core, req, pool, pages)
     blocks = len(hit.block_ids)
-    before = chain_tail(req)
     req.chain = IdList(hit.block_ids)
-    core.move_chain_tail(before, chain_tail(req))
     req.computed = req.allocated = req.hit_tokens = hit.tokens
     req.hit_pages = {core.pool_index[n]: p.copy() for n, p in hit.pages.items()}
     core.arena.touch(hit.block_ids)

@@ -186,6 +186,15 @@ class PagePool:
         return self.table.states[int(self.state[page])]
 
 
+def add_counts(counts: NDArray[np.int32], pages: Pages | Index, delta: int) -> None:
+    """counts[page] += delta for every occurrence of a page in `pages` (repeats add up, like ufunc.at)."""
+    if not pages.size:
+        return
+    low = int(pages.min())
+    bins = np.bincount(pages - low)
+    counts[low:low + len(bins)] += (delta * bins).astype(counts.dtype)
+
+
 Effect = Callable[[PagePool, Index, int], None]
 
 EFFECTS: dict[str, Effect] = {

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from hkv_core.manager.arena import NO_BLOCK
 from hkv_core.manager.commit import unpin
-from hkv_core.manager.core import Core, RequestState, chain_tail
+from hkv_core.manager.core import Core, RequestState
 
 
 def release(core: Core, req: RequestState) -> None:
@@ -19,5 +18,4 @@ def release(core: Core, req: RequestState) -> None:
             owned.clear()
     req.snapshots.clear()
     core.arena.touch(req.chain.view())  # its whole chain was in use until now (LRU order)
-    core.move_chain_tail(chain_tail(req), NO_BLOCK)
     del core.requests[req.rid]
