@@ -72,3 +72,81 @@ class InvalidTokens(HkvError):
         super().__init__(f"invalid tokens (dtype={dtype}, shape={shape}): {reason}",
                          reason=reason, dtype=dtype, shape=shape)
         self.reason, self.dtype, self.shape = reason, dtype, shape
+
+
+class StaleLease(HkvError):
+    """A hit, lease or plan whose checked objects moved: a new version, or out of the state it was checked in (F3).
+
+    `pool` names the pool (or the index kind, `block` / `resume_point`) and
+    `page` the page (block, point) that moved; `found_state` is its state now
+    and `expected_state` the one the hit or plan relied on (a window page can
+    leave PUBLISHED, retired from the index while another request still pins
+    it, without its version moving).
+    """
+
+    def __init__(self, *, pool: str, page: int, expected_version: int, found_version: int,
+                 request_id: int, expected_state: str = "PUBLISHED", found_state: str = "PUBLISHED") -> None:
+        moved = f"version {found_version}, the hit checked {expected_version}"
+        if found_state != expected_state:
+            moved += f"; state {found_state}, the hit needs {expected_state}"
+        super().__init__(
+            f"stale lease for request {request_id}: {pool} page {page} {moved}",
+            pool=pool, page=page, expected_version=expected_version, found_version=found_version,
+            request_id=request_id, expected_state=expected_state, found_state=found_state)
+        self.pool, self.page, self.request_id = pool, page, request_id
+        self.expected_version, self.found_version = expected_version, found_version
+        self.expected_state, self.found_state = expected_state, found_state
+
+
+class AdmissionRejected(HkvError):
+    """A request would exceed an admission cap (requests in flight, tokens per request, pages of a pool)."""
+
+    def __init__(self, *, cap: str, limit: int, needed: int, detail: str = "") -> None:
+        super().__init__(f"admission rejected: {cap} needs {needed}, limit {limit}. {detail}".strip(),
+                         cap=cap, limit=limit, needed=needed)
+        self.cap, self.limit, self.needed = cap, limit, needed
+
+
+class OutOfPages(AdmissionRejected):
+    """A pool (or an index table) cannot supply what an allocation needs, even after eviction; nothing changed."""
+
+    def __init__(self, *, pool: str, needed: int, free: int) -> None:
+        super().__init__(cap=f"pages of pool {pool}", limit=free, needed=needed,
+                         detail="evicted every unpinned page; retry after other requests release")
+        self.pool, self.free = pool, free
+        self.fields.update(pool=pool, free=free)
+
+
+class UnknownRequest(HkvError):
+    """A request id that the manager does not know (released or never created)."""
+
+    def __init__(self, *, request_id: int, action: str) -> None:
+        super().__init__(f"{action}: unknown request {request_id} (released or never created)",
+                         request_id=request_id, action=action)
+        self.request_id, self.action = request_id, action
+
+
+class InvalidRequestState(HkvError):
+    """An API call out of order or with bad arguments for this request (e.g. allocate beyond its tokens)."""
+
+    def __init__(self, *, request_id: int, action: str, reason: str) -> None:
+        super().__init__(f"{action} on request {request_id}: {reason}",
+                         request_id=request_id, action=action, reason=reason)
+        self.request_id, self.action, self.reason = request_id, action, reason
+
+
+class UnknownPlan(HkvError):
+    """`complete` or `verify` named a plan id the manager has not issued or already completed."""
+
+    def __init__(self, *, plan_id: int, action: str) -> None:
+        super().__init__(f"{action}: plan {plan_id} is not in flight (never issued or already completed)",
+                         plan_id=plan_id, action=action)
+        self.plan_id, self.action = plan_id, action
+
+
+class InvariantViolation(HkvError):
+    """The debug flag found a broken invariant after a manager call."""
+
+    def __init__(self, *, action: str, violations: list[str]) -> None:
+        super().__init__(f"after {action}: {'; '.join(violations[:5])}", action=action, violations=violations)
+        self.action, self.violations = action, violations

@@ -1,14 +1,18 @@
-"""The narrow executor interface (DESIGN.md section 4).
+"""The narrow executor interface (docs/executor.md).
 
-An executor owns the bytes; the manager owns the metadata.  An executor
-implements four methods:
+An executor owns the bytes; the manager owns the metadata.  The two meet
+only through plans (hkv_core.plan) and this protocol, which sits beside the
+manager: it depends on layout, plan and errors, never on the manager.
 
-- `bind(pools, versions) -> addresses`: allocate every pool once (static
-  pools: base addresses never change, so captured CUDA Graphs stay valid,
-  FAILURES.md F9) and keep `versions`, the manager's page-version lookup.
-- `run(plan) -> Completion`: verify every op's lease versions first
-  (`check_versions`: StaleLease and nothing run if any moved), then carry
-  the ops out in order.
+- `bind(pools, authority) -> addresses`: allocate every pool once (static
+  pools: base addresses never change, so captured CUDA Graphs stay valid, F9)
+  and keep `authority`, whatever issued the plans (the CacheManager).
+- `run(plan) -> Completion`: at launch, `authority.verify(plan)` checks every
+  op's page versions against the authority's live state under its lock
+  (StaleLease and nothing run if any moved); then carry the ops out (later,
+  on a stream or a disk worker, is fine: the manager keeps the pages of an
+  issued plan pinned until `complete`).  The caller hands the completion back
+  with `CacheManager.complete(plan.plan_id, completion)`.
 - `read(pool, pages)`: copies of whole pages, shape
   `(n, layers, entries_per_page, *entry_shape)`.
 - `write(pool, slots, values)`: one entry per flat slot
@@ -21,18 +25,14 @@ A pool's array has shape `PoolBinding.shape`:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import attrs
-import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from hkv_core.layout import PoolSpec
-from hkv_core.manager import CacheManager, StaleLease
-from hkv_core.plan import Completion, Plan, version_checks
-
-VersionsFn = Callable[[str, NDArray[np.int32]], NDArray[np.uint32]]
+from hkv_core.plan import Completion, Plan
 
 
 @attrs.frozen(kw_only=True)
@@ -56,15 +56,30 @@ class PoolBinding:
         return (self.pages, s.layer_count, s.entries_per_page, *s.entry_shape)
 
 
+class PlanAuthority(Protocol):
+    """Whoever issued a plan (the CacheManager): checks its versions at launch, under its own lock."""
+
+    def verify(self, plan: Plan) -> None:
+        """StaleLease for the first page of `plan` whose version or state moved since it was planned."""
+        ...
+
+
+class TrustingAuthority:
+    """An authority for plans with nothing to check against (standalone executor tests): verifies nothing."""
+
+    def verify(self, plan: Plan) -> None:
+        return None
+
+
 class Executor(Protocol):
     """What the manager and an engine need from a backend (NumPy, CUDA)."""
 
-    def bind(self, pools: Sequence[PoolBinding], versions: VersionsFn) -> dict[str, int]:
+    def bind(self, pools: Sequence[PoolBinding], authority: PlanAuthority) -> dict[str, int]:
         """Allocate every pool once; return each pool's base address (stable for the executor's life)."""
         ...
 
     def run(self, plan: Plan) -> Completion:
-        """Verify every op's versions (StaleLease, nothing run), then run the ops in order."""
+        """Verify the plan through the authority (StaleLease, nothing run), then run the ops in order."""
         ...
 
     def read(self, pool: str, pages: ArrayLike) -> NDArray[Any]:
@@ -74,29 +89,3 @@ class Executor(Protocol):
     def write(self, pool: str, slots: ArrayLike, values: ArrayLike) -> None:
         """Write one entry (every layer) per flat slot; values (n, layers, *entry_shape)."""
         ...
-
-
-def bindings_for(manager: CacheManager) -> tuple[PoolBinding, ...]:
-    """The pools of a manager, sized as its static page pools (NULL page included)."""
-    return tuple(PoolBinding(spec=info.spec, pages=info.pages) for info in manager.core.infos)
-
-
-def versions_for(manager: CacheManager) -> VersionsFn:
-    """The manager's live page versions of a pool, looked up at each call."""
-    core = manager.core
-
-    def versions(pool: str, pages: NDArray[np.int32]) -> NDArray[np.uint32]:
-        found: NDArray[np.uint32] = core.pools[core.pool_index[pool]].version[pages].copy()
-        return found
-
-    return versions
-
-
-def check_versions(plan: Plan, versions: VersionsFn) -> None:
-    """StaleLease for the first op of `plan` whose checked page version moved."""
-    for op in plan.ops:
-        for check in version_checks(op):
-            found = int(versions(check.pool, np.array([check.page], np.int32))[0])
-            if found != check.version:
-                raise StaleLease(pool=check.pool, page=check.page, expected_version=check.version,
-                                 found_version=found, request_id=plan.request_id)

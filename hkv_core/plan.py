@@ -1,19 +1,26 @@
-"""Plans: short lists of typed, frozen ops an executor carries out (DESIGN.md section 4).
+"""Plans: short lists of typed, frozen ops an executor carries out (docs/executor.md).
 
-The manager never touches bytes; it emits plans.  A plan is data: it prints
+The manager never touches bytes; it issues plans.  A plan is data: it prints
 (`Plan.describe`), compares (`==`), serializes (`to_json` / `from_json`) and
 replays (the same plan given to the NumPy and the CUDA executor must leave
 the same pool bytes).  Every op names the page versions its lease checked;
-an executor refuses the whole plan if any of them moved (FAILURES.md F2/F3).
+an executor asks the manager to verify them when it launches the plan (under
+the manager's lock) and refuses the whole plan if any moved (F2 / F3).  A plan
+the manager issued carries a `plan_id`; its result goes back through
+`CacheManager.complete(plan_id, completion)`, which fires the lifecycle's
+completion events (the copy into a FILLING page is done).
 
 Ops (one pool each; a page holds `entries_per_page` entries of every layer):
 
-- `CopyPages` (hkv_core.manager.records): the first `entries` entries of
-  page `src` into page `dst` (copy-on-write, seeding a working tail page).
+- `CopyPages`: the first `entries` entries of page `src` into page `dst`
+  (copy-on-write of a partial prefix page, seeding a working tail page).
 - `FillPages`: set every byte of `pages` to `value` (a reserved dummy page).
 - `Checksum`: a digest per page (`page_digest` of its bytes).
 - `StoreRecord`: copy `pages` into tier record `record` (host, later disk).
 - `LoadRecord`: copy tier record `record` into `pages`.
+
+This module depends only on attrs and the units module (plans sit beside the
+manager, not above or below it).
 """
 
 from __future__ import annotations
@@ -25,11 +32,11 @@ from typing import Any
 
 import attrs
 
-from hkv_core.manager.pools import NULL_PAGE
-from hkv_core.manager.records import CopyPages
+from hkv_core.units import NULL_PAGE
 
 DIGEST_BYTES = 16  # blake2b-128 per page: collisions are not a concern for checksums of cache pages
-JSON_FORMAT = "hkv.plan/v1"
+JSON_FORMAT = "hkv.plan/v2"
+NO_PLAN = -1  # plan_id of a plan the manager did not issue (built by hand, for tests or replay)
 
 
 def _pages(value: Sequence[int]) -> tuple[int, ...]:
@@ -38,6 +45,21 @@ def _pages(value: Sequence[int]) -> tuple[int, ...]:
 
 def _check_versions(op: Any, attribute: Any, value: tuple[int, ...]) -> None:
     assert len(value) == len(op.pages), f"{type(op).__name__}: one version per page, got {value} for {op.pages}"
+
+
+@attrs.frozen(kw_only=True)
+class CopyPages:
+    """Copy the first `entries` entries of `src` into `dst` in one pool.
+
+    `src_version` is the version the lease checked; the plan is refused at
+    launch if it moved.
+    """
+
+    pool: str
+    src: int
+    dst: int
+    entries: int
+    src_version: int
 
 
 @attrs.frozen(kw_only=True)
@@ -121,7 +143,7 @@ _CHECKS: dict[type, Callable[[Any], tuple[VersionCheck, ...]]] = {
 
 
 def version_checks(op: Op) -> tuple[VersionCheck, ...]:
-    """The (pool, page, version) triples an executor verifies before running `op`."""
+    """The (pool, page, version) triples verified before `op` runs."""
     return _CHECKS[type(op)](op)
 
 
@@ -133,25 +155,34 @@ def page_digest(page: bytes) -> str:
 
 @attrs.frozen(kw_only=True)
 class Plan:
-    """Ops to run in order, all or nothing with respect to version checks."""
+    """Ops to run in order, all or nothing with respect to version checks.
+
+    `plan_id` is the manager's id for a plan it issued (NO_PLAN otherwise);
+    `request_id` the request whose lease the versions come from (-1: none).
+    """
 
     ops: tuple[Op, ...] = attrs.field(converter=_ops)
-    request_id: int = -1  # the request whose lease the versions come from (-1: none)
+    request_id: int = -1
     label: str = ""
+    plan_id: int = NO_PLAN
 
     def __len__(self) -> int:
         return len(self.ops)
 
     def describe(self) -> str:
         """One line per op, for logs and failure messages."""
-        head = f"plan {self.label or '-'} (request {self.request_id}, {len(self.ops)} ops)"
+        head = f"plan {self.plan_id} {self.label or '-'} (request {self.request_id}, {len(self.ops)} ops)"
         return "\n".join([head, *(f"  {i}: {op!r}" for i, op in enumerate(self.ops))])
+
+    def checks(self) -> tuple[VersionCheck, ...]:
+        """Every (pool, page, version) the plan relies on, in op order."""
+        return tuple(c for op in self.ops for c in version_checks(op))
 
     def to_json(self) -> str:
         """A JSON document from which `Plan.from_json` rebuilds an equal plan."""
         ops = [{"op": type(op).__name__, **attrs.asdict(op)} for op in self.ops]
         return json.dumps({"format": JSON_FORMAT, "request_id": self.request_id, "label": self.label,
-                           "ops": ops}, sort_keys=True)
+                           "plan_id": self.plan_id, "ops": ops}, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> Plan:
@@ -161,14 +192,21 @@ class Plan:
         for item in doc["ops"]:
             fields = {k: v for k, v in item.items() if k != "op"}
             ops.append(OP_TYPES[item["op"]](**fields))
-        return cls(ops=ops, request_id=int(doc["request_id"]), label=str(doc["label"]))
+        return cls(ops=ops, request_id=int(doc["request_id"]), label=str(doc["label"]),
+                   plan_id=int(doc.get("plan_id", NO_PLAN)))
 
 
 @attrs.frozen(kw_only=True)
 class Completion:
-    """What running a plan produced: a digest per page of each Checksum op, and counts."""
+    """What running a plan produced: a digest per page of each Checksum op, counts, and whether it worked.
 
-    digests: tuple[tuple[str, ...], ...]  # one tuple per Checksum op, in plan order
-    ops_run: int
-    pages_moved: int  # pages copied, filled, stored or loaded
-    entries_copied: int  # entries moved by CopyPages
+    `ok=False` (with `error`) reports a plan that failed after launch (a copy
+    error); the manager then marks the copies' targets unusable.
+    """
+
+    digests: tuple[tuple[str, ...], ...] = ()  # one tuple per Checksum op, in plan order
+    ops_run: int = 0
+    pages_moved: int = 0  # pages copied, filled, stored or loaded
+    entries_copied: int = 0  # entries moved by CopyPages
+    ok: bool = True
+    error: str = ""

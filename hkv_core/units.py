@@ -35,6 +35,7 @@ OVERLAP_FACTOR = 2  # c for the overlapping ratio: (a, z) rows are c*d wide
 MIN_HCA_RATIO = 8  # smallest heavily-compressed ratio; HCA ratios are powers of two
 TOKENS_PER_ROW = 1  # tail rows and window rows hold one token each
 NO_WINDOW_TOKENS = 0  # window_tokens of a layer without a sliding window
+NULL_PAGE = 0  # page 0 of every pool: never allocated or written; what a skipped table entry points at
 
 assert OVERLAP_RATIO < MIN_HCA_RATIO
 assert OVERLAP_FACTOR * OVERLAP_RATIO == 2 * OVERLAP_RATIO  # window 8, stride 4

@@ -14,9 +14,9 @@ import attrs
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from hkv_core.executor import PoolBinding, VersionsFn, check_versions
-from hkv_core.manager import NULL_PAGE, CopyPages
-from hkv_core.plan import Checksum, Completion, FillPages, LoadRecord, Op, Plan, StoreRecord, page_digest
+from hkv_core.executor import PlanAuthority, PoolBinding
+from hkv_core.plan import Checksum, Completion, CopyPages, FillPages, LoadRecord, Op, Plan, StoreRecord, page_digest
+from hkv_core.units import NULL_PAGE
 
 # bf16 has no NumPy dtype: its bytes are kept as uint16 (the executor only moves bytes).
 NUMPY_DTYPES: dict[str, type[np.generic]] = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16}
@@ -50,19 +50,19 @@ class RefExecutor:
         self.bindings: dict[str, PoolBinding] = {}
         self.host: dict[str, HostRecord] = {}
         self.tally = Tally()
-        self._versions: VersionsFn | None = None
+        self._authority: PlanAuthority | None = None
         self._addresses: dict[str, int] = {}
 
     # -- bind -----------------------------------------------------------------------------
 
-    def bind(self, pools: Sequence[PoolBinding], versions: VersionsFn) -> dict[str, int]:
-        """Allocate every pool (zeroed) once; a second bind is a programming error."""
+    def bind(self, pools: Sequence[PoolBinding], authority: PlanAuthority) -> dict[str, int]:
+        """Allocate every pool (zeroed) once and keep the plans' authority; a second bind is a programming error."""
         assert not self.pools, "pools are static: bind once"
         assert len({p.name for p in pools}) == len(pools), "pool names are unique"
         for binding in pools:
             self.pools[binding.name] = np.zeros(binding.shape, NUMPY_DTYPES[binding.spec.dtype])
             self.bindings[binding.name] = binding
-        self._versions = versions
+        self._authority = authority
         self._addresses = self.addresses()
         return dict(self._addresses)
 
@@ -73,12 +73,12 @@ class RefExecutor:
     # -- run ------------------------------------------------------------------------------
 
     def run(self, plan: Plan) -> Completion:
-        """Check every op (names, pages, versions) before running any, then run them in order."""
-        assert self._versions is not None, "bind before run"
+        """Check every op (names, pages), have the authority verify the versions at launch, then run in order."""
+        assert self._authority is not None, "bind before run"
         records = {name: (r.pool, r.pages.shape[0]) for name, r in self.host.items()}
         for op in plan.ops:
             self._check_op(op, records)
-        check_versions(plan, self._versions)
+        self._authority.verify(plan)
         digests, moved, copied = [], 0, 0
         for op in plan.ops:
             result = _RUNNERS[type(op)](self, op)

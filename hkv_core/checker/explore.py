@@ -1,9 +1,20 @@
 """Breadth-first exhaustive exploration of the abstract world.
 
-Every event the spec allows on every segment (with every acting request), and
-every atomic lease acquire / release, is tried in every reachable world;
-every invariant is evaluated in every world.  A violation is reported with the
+Every event the spec allows on every segment (with every acting request),
+and every atomic lease operation, is tried in every reachable world; every
+invariant is evaluated in every world.  A violation is reported with the
 shortest event trace that reaches it (BFS order).
+
+Two kinds of events are never fired on one segment alone:
+- lease events (meta.lease_events) fire as one all-or-nothing operation over
+  every device segment of one prefix for one request.  An event whose edges
+  add a lease (`add_lease`) needs a request holding no lease, on a prefix
+  whose chain (blocks 0..p) is INDEXED - a lease is taken on what a match
+  found in the index - and records the versions it pinned; one whose edges
+  drop a lease (`drop_lease`) needs the request's lease to be on that prefix
+  and clears it;
+- reference events (meta.reference_events) fire only inside an index entry's
+  `hold_references` / `drop_references` effect.
 """
 
 from __future__ import annotations
@@ -14,15 +25,18 @@ from collections.abc import Callable, Iterator
 
 import attrs
 
-from hkv_core.checker.effects import ACTOR_EFFECTS, ACTOR_GUARDS, EFFECTS
+from hkv_core.checker.effects import ACTOR_EFFECTS, ACTOR_GUARDS, apply, fire, passes
 from hkv_core.checker.invariants import INVARIANTS
 from hkv_core.checker.view import WorldView
-from hkv_core.checker.world import CheckConfig, Req, Topology, World
+from hkv_core.checker.world import CheckConfig, Move, Req, Topology, World
+from hkv_core.spec.names import Event
 from hkv_core.spec.records import LifecycleSpec
 from hkv_core.spec.table import Compiled
 
 Progress = Callable[[int], None]
+Label = tuple[str, int]  # ("event(target", acting request or -1): formatted only for traces
 PROGRESS_EVERY_STATES = 2_000
+WRITE = "write"  # the seed's row writes (not an `Event`: the manager writes rows through copies)
 
 
 @attrs.frozen(kw_only=True)
@@ -47,20 +61,20 @@ def _needs_actor(edge: Compiled) -> bool:
     return bool(ACTOR_GUARDS & set(edge.guard_names) or ACTOR_EFFECTS & set(edge.effects))
 
 
+def format_label(label: Label) -> str:
+    head, actor = label
+    return f"{head})" if actor < 0 else f"{head}, r{actor})"
+
+
 def apply_edge(topo: Topology, world: World, s: int, edge: Compiled, actor: int) -> World | None:
     """The world after segment `s` takes `edge` for `actor`, or None if refused / out of bound."""
-    view = WorldView(topo, world, s, actor)
-    for guard in edge.guards:
-        if not guard(view):
-            return None
-    seg, free = world.segs[s], world.free_slots
-    for name in edge.effects:
-        moved = EFFECTS[name](seg, free, actor, topo.config)
-        if moved is None:
-            return None
-        seg, free = moved
-    segs = world.segs[:s] + (seg._replace(state=edge.dest),) + world.segs[s + 1:]
-    return World(segs=segs, reqs=world.reqs, free_slots=free)
+    if edge.guards and not passes(edge, WorldView(topo, world, s, actor)):
+        return None
+    move = Move(world)
+    return move.freeze() if apply(topo, move, s, edge, actor) else None
+
+
+Moves = tuple[tuple[tuple[str, Compiled, tuple[int, ...]], ...], ...]  # per state: (label head, edge, actors)
 
 
 class Explorer:
@@ -68,82 +82,117 @@ class Explorer:
 
     def __init__(self, spec: LifecycleSpec, config: CheckConfig) -> None:
         self.topo = Topology(spec, config)
-        self.lease_events = spec.lease_events
-        self.moves = {kind: self._moves(kind) for kind in self.topo.tables}
+        self.not_alone = spec.lease_events | spec.reference_events
+        self.moves = tuple(self._moves(s) for s in self.topo.all_segs)
+        self.lease_ids = {e: tuple(t.event_index.get(e) for t in self.topo.seg_table)
+                          for e in self.topo.acquiring_events + self.topo.releasing_events}
 
-    def _moves(self, kind: str) -> list[list[tuple[str, Compiled, tuple[int, ...]]]]:
-        table, reqs = self.topo.tables[kind], tuple(range(self.topo.config.requests))
-        return [[(table.events[e], edge, reqs if _needs_actor(edge) else (-1,))
-                 for e, edge in enumerate(row)
-                 if edge is not None and table.events[e] not in self.lease_events]
-                for row in table.rows]
+    def _moves(self, s: int) -> Moves:
+        """Per state of segment `s`: the events fired on it alone, each with the requests that may act."""
+        table, reqs = self.topo.seg_table[s], tuple(range(self.topo.config.requests))
+        return tuple(tuple((f"{table.events[e]}({self.topo.describe(s)}", edge,
+                            reqs if _needs_actor(edge) else (-1,))
+                           for e, edge in enumerate(row)
+                           if edge is not None and table.events[e] not in self.not_alone)
+                     for row in table.rows)
 
-    def successors(self, world: World) -> Iterator[tuple[str, World]]:
+    def successors(self, world: World) -> Iterator[tuple[Label, World]]:
         topo = self.topo
         for s, seg in enumerate(world.segs):
-            for event, edge, actors in self.moves[topo.seg_kind[s]][seg.state]:
+            for head, edge, actors in self.moves[s][seg.state]:
                 for actor in actors:
                     nxt = apply_edge(topo, world, s, edge, actor)
                     if nxt is not None:
-                        yield f"{event}({topo.describe(s)}{'' if actor < 0 else f', r{actor}'})", nxt
-        for r, req in enumerate(world.reqs):
-            if req.lease_prefix < 0:
-                for p in range(topo.config.prefixes):
-                    nxt = self.lease(world, r, p, "pin")
-                    if nxt is not None:
-                        yield f"acquire(r{r}, p{p})", nxt
-            else:
-                nxt = self.lease(world, r, req.lease_prefix, "unpin")
-                if nxt is not None:
-                    yield f"release(r{r}, p{req.lease_prefix})", nxt
+                        yield (head, actor), nxt
+        yield from self.lease_successors(world)
 
-    def lease(self, world: World, r: int, p: int, event: str) -> World | None:
-        """Pin (or unpin) every device kind of prefix `p` for request `r`, all or nothing."""
+    def lease_successors(self, world: World) -> Iterator[tuple[Label, World]]:
+        """Every atomic lease operation: acquire on each indexed chain, release of each held lease."""
         topo = self.topo
+        for r, req in enumerate(world.reqs):
+            if req.lease_prefix >= 0:
+                for event in topo.releasing_events:
+                    nxt = self.lease(world, r, req.lease_prefix, event, acquire=False)
+                    if nxt is not None:
+                        yield (f"{event}(p{req.lease_prefix}.*", r), nxt
+                continue
+            for p in range(topo.config.prefixes):
+                if not self.chain_indexed(world, p):
+                    break  # a longer chain is not indexed either
+                for event in topo.acquiring_events:
+                    nxt = self.lease(world, r, p, event, acquire=True)
+                    if nxt is not None:
+                        yield (f"{event}(p{p}.*", r), nxt
+
+    def chain_indexed(self, world: World, p: int) -> bool:
+        """Are blocks 0..p INDEXED (a match could have found this chain)."""
+        topo = self.topo
+        return all(world.segs[topo.block_of_prefix[q]].state == topo.block_indexed for q in range(p + 1))
+
+    def lease(self, world: World, r: int, p: int, event: str, *, acquire: bool) -> World | None:
+        """Fire lease `event` on every device segment of prefix `p` for request `r`, all or nothing."""
+        topo, ids, move = self.topo, self.lease_ids[event], Move(world)
         for s in topo.device_of_prefix[p]:
+            e = ids[s]
+            edge = None if e is None else topo.seg_table[s].rows[move.segs[s].state][e]
+            if not fire(topo, move, s, edge, r):
+                return None
+        versions = tuple(move.segs[s].version for s in topo.device_of_prefix[p])
+        move.reqs[r] = Req(lease_prefix=p, lease_versions=versions) if acquire else Req()
+        return move.freeze()
+
+    def script(self, world: World, steps: list[tuple[int, str]]) -> list[tuple[Label, World]] | None:
+        """Fire `(segment, event)` steps in order (request 0 acts where an edge needs a request).
+
+        None when the spec refuses a step (a broken spec that cannot publish).
+        """
+        topo, out = self.topo, list[tuple[Label, World]]()
+        for s, event in steps:
             table = topo.seg_table[s]
-            edge = table.rows[world.segs[s].state][table.event_index[event]]
-            nxt = None if edge is None else apply_edge(topo, world, s, edge, r)
+            e = table.event_index.get(event)
+            edge = None if e is None else table.rows[world.segs[s].state][e]
+            actor = 0 if edge is not None and _needs_actor(edge) else -1
+            nxt = None if edge is None else apply_edge(topo, world, s, edge, actor)
             if nxt is None:
                 return None
             world = nxt
-        versions = tuple(world.segs[s].version for s in topo.device_of_prefix[p])
-        req = Req(lease_prefix=p, lease_versions=versions) if event == "pin" else Req()
-        return world._replace(reqs=world.reqs[:r] + (req,) + world.reqs[r + 1:])
+            out.append(((f"{event}({topo.describe(s)}", actor), world))
+        return out
+
+    def stage_steps(self, prefix: int) -> list[tuple[int, str]]:
+        """Request 0 reserves and writes every device kind of `prefix` up to READY."""
+        topo, rows = self.topo, self.topo.config.rows_per_segment
+        events = [Event.RESERVE.value] + [WRITE] * rows + [Event.WRITE_DONE.value]
+        return [(s, e) for s in topo.device_of_prefix[prefix] for e in events]
+
+    def publish_steps(self, prefix: int) -> list[tuple[int, str]]:
+        """Request 0 publishes every (READY) device kind of `prefix`; its block is indexed, its point kept."""
+        topo = self.topo
+        return [(s, Event.PUBLISH.value) for s in topo.device_of_prefix[prefix]] + [
+            (topo.block_of_prefix[prefix], Event.INDEX.value), (topo.point_of_prefix[prefix], Event.KEEP.value)]
 
 
-    def publish_script(self, world: World, prefix: int) -> list[tuple[str, World]] | None:
-        """Request 0 writes and publishes every device kind of `prefix`; None if the spec refuses."""
-        steps: list[tuple[str, World]] = []
-        rows = self.topo.config.rows_per_segment
-        for s in self.topo.device_of_prefix[prefix]:
-            for event in ["reserve"] + ["write"] * rows + ["write_done", "publish"]:
-                table = self.topo.seg_table[s]
-                edge = table.rows[world.segs[s].state][table.event_index[event]]
-                nxt = None if edge is None else apply_edge(self.topo, world, s, edge, 0)
-                if nxt is None:
-                    return None
-                world = nxt
-                steps.append((f"{event}({self.topo.describe(s)}, r0)", world))
-        return steps
+Parents = dict[World, tuple[World | None, Label]]
 
 
-Parents = dict[World, tuple[World | None, str]]
+def seed_worlds(explorer: Explorer, parent: Parents) -> list[World]:
+    """The empty world, then per prefix k < seeded_prefixes: k staged (READY, owned by request 0), k published.
 
-
-def _seeds(explorer: Explorer, parent: Parents) -> list[World]:
-    """The empty world and worlds with the first k prefixes published (k = 1..seeded)."""
+    Each seed extends the previous one through real transitions, so every
+    trace starts from the empty world.
+    """
     world = explorer.topo.initial_world()
-    parent[world] = (None, "")
+    parent[world] = (None, ("", -1))
     seeds = [world]
     for prefix in range(explorer.topo.config.seeded_prefixes):
-        script = explorer.publish_script(world, prefix)
-        if script is None:  # a (broken) spec that cannot publish: explore from what we have
-            break
-        for label, nxt in script:
-            parent.setdefault(nxt, (world, label))
-            world = nxt
-        seeds.append(world)
+        for steps in (explorer.stage_steps(prefix), explorer.publish_steps(prefix)):
+            script = explorer.script(world, steps)
+            if script is None:  # a (broken) spec that cannot stage or publish: explore from what we have
+                return seeds
+            for label, nxt in script:
+                parent.setdefault(nxt, (world, label))
+                world = nxt
+            seeds.append(world)
     return seeds
 
 
@@ -151,16 +200,18 @@ def check(spec: LifecycleSpec, config: CheckConfig | None = None,
           progress: Progress | None = None) -> CheckResult:
     """Explore every world within `max_depth` events of a seed; check every invariant in each.
 
-    Seeds are the empty world and worlds reached by publishing the first
-    `seeded_prefixes` prefixes (reached through real transitions, so traces
-    start from the empty world).
+    Seeds are the empty world and, for each of the first `seeded_prefixes`
+    prefixes, the world where request 0 has written its objects (READY, so
+    publish / publish_pinned / abort are within reach) and the world where
+    they are published, the block indexed and the point kept (reached through
+    real transitions, so traces start from the empty world).
     """
     started = time.perf_counter()
     explorer = Explorer(spec, config or CheckConfig())
     topo, names = explorer.topo, tuple(inv.name for inv in spec.invariants)
     checks = [(name, INVARIANTS[name]) for name in names]
     parent: Parents = {}
-    seeds = _seeds(explorer, parent)
+    seeds = seed_worlds(explorer, parent)
     queue = deque((seed, 0) for seed in seeds)
     depth_of = {seed: 0 for seed in seeds}
     found: dict[str, Violation] = {}
@@ -180,7 +231,7 @@ def check(spec: LifecycleSpec, config: CheckConfig | None = None,
             if len(depth_of) >= topo.config.max_states:
                 truncated = True
                 continue
-            parent.setdefault(nxt, (world, label))
+            parent.setdefault(nxt, (world, label))  # a seed script world keeps its script parent
             depth_of[nxt] = depth + 1
             queue.append((nxt, depth + 1))
             if progress is not None and len(depth_of) % PROGRESS_EVERY_STATES == 0:
@@ -197,6 +248,6 @@ def _trace(parent: Parents, world: World) -> tuple[str, ...]:
     while node is not None:
         prev, label = parent[node]
         if prev is not None:
-            labels.append(label)
+            labels.append(format_label(label))
         node = prev
     return tuple(reversed(labels))

@@ -2,7 +2,8 @@
 
 Each takes `(topo, world)` and returns None when it holds, else a message
 naming the offending segment or request.  Invariants are plain functions, not
-`assert`s, so `python -O` cannot strip them.
+`assert`s, so `python -O` cannot strip them.  State sets come from the spec as
+per-segment masks (`topo.frozen[s][state]`), never state-name comparisons.
 """
 
 from __future__ import annotations
@@ -17,16 +18,16 @@ Invariant = Callable[[Topology, World], str | None]
 
 def _copy_endpoints_pinned(topo: Topology, world: World) -> str | None:
     for s, seg in enumerate(world.segs):
-        if (seg.state in topo.copying[topo.seg_kind[s]]) != (seg.copy == 1):
-            return f"{topo.describe(s)} copy pin {seg.copy} in state {_state(topo, world, s)}"
+        if topo.copying[s][seg.state] != (seg.copy == 1):
+            return f"{_at(topo, world, s)} has copy pin {seg.copy}"
     return None
 
 
 def _pinned_never_freed(topo: Topology, world: World) -> str | None:
     for s, seg in enumerate(world.segs):
         pinned = seg.leases != 0 or seg.copy == 1
-        if pinned and seg.state in topo.dead[topo.seg_kind[s]]:
-            return f"{topo.describe(s)} is pinned but {_state(topo, world, s)}"
+        if pinned and topo.dead[s][seg.state]:
+            return f"{_at(topo, world, s)} is pinned"
         if seg.leases and topo.is_device[s] and seg.slot < 0:
             return f"{topo.describe(s)} is leased but holds no device slot"
     return None
@@ -48,31 +49,32 @@ def _lease_covers_object_set(topo: Topology, world: World) -> str | None:
             continue
         for s in topo.device_of_prefix[req.lease_prefix]:
             seg = world.segs[s]
-            if not seg.leases >> r & 1 or seg.state not in topo.leasable[topo.seg_kind[s]]:
-                return f"request {r}'s lease misses {topo.describe(s)} ({_state(topo, world, s)})"
+            if not seg.leases >> r & 1 or not topo.leasable[s][seg.state]:
+                return f"request {r}'s lease misses {_at(topo, world, s)}"
     return None
 
 
 def _draft_isolation(topo: Topology, world: World) -> str | None:
-    for s, seg in enumerate(world.segs):
-        if _state(topo, world, s) == "DRAFT" and (seg.owner < 0 or seg.leases or seg.frozen >= 0):
-            return f"{topo.describe(s)} is a DRAFT that is leased, frozen or ownerless"
+    for s in topo.device_segs:
+        seg = world.segs[s]
+        if topo.draft[s][seg.state] and (seg.owner < 0 or seg.leases or seg.frozen >= 0 or seg.holders):
+            return f"{topo.describe(s)} is a DRAFT that is leased, frozen, referenced or ownerless"
     return None
 
 
 def _publish_only_when_complete(topo: Topology, world: World) -> str | None:
-    full = topo.config.rows_per_segment
-    for s, seg in enumerate(world.segs):
-        kind = topo.seg_kind[s]
-        shareable = seg.state in topo.frozen[kind] or _state(topo, world, s) == "READY"
-        if topo.is_device[s] and shareable and seg.rows != full:
-            return f"{topo.describe(s)} is {_state(topo, world, s)} with {seg.rows}/{full} rows"
+    for s in topo.device_segs:
+        seg = world.segs[s]
+        shareable = topo.frozen[s][seg.state] or topo.ready[s][seg.state]
+        if shareable and seg.rows != topo.cap(seg):
+            return f"{_at(topo, world, s)} with {seg.rows}/{topo.cap(seg)} rows"
     return None
 
 
 def _immutable_when_frozen(topo: Topology, world: World) -> str | None:
-    for s, seg in enumerate(world.segs):
-        if topo.is_device[s] and seg.state in topo.frozen[topo.seg_kind[s]] and seg.frozen != seg.rows:
+    for s in topo.device_segs:
+        seg = world.segs[s]
+        if topo.frozen[s][seg.state] and seg.frozen != seg.rows:
             return f"{topo.describe(s)} changed after freezing: {seg.frozen} -> {seg.rows} rows"
     return None
 
@@ -82,18 +84,19 @@ def _slot_single_owner(topo: Topology, world: World) -> str | None:
     for s, seg in enumerate(world.segs):
         if seg.slot >= 0 and holders.setdefault(seg.slot, s) != s:
             return f"slot {seg.slot} held by {topo.describe(holders[seg.slot])} and {topo.describe(s)}"
-        private = seg.state in topo.private[topo.seg_kind[s]]
-        if private != (seg.owner >= 0):
-            return f"{topo.describe(s)} owner {seg.owner} in state {_state(topo, world, s)}"
+        if topo.private[s][seg.state] != (seg.owner >= 0):
+            return f"{_at(topo, world, s)} has owner {seg.owner}"
     return None
 
 
 def _no_slot_leak(topo: Topology, world: World) -> str | None:
+    """Device slots partition into free and held; index rows are held exactly in the row-holding states."""
     held = 0
     for s, seg in enumerate(world.segs):
-        resident = seg.state in topo.resident[topo.seg_kind[s]]
-        if topo.is_device[s] and resident != (seg.slot >= 0):
-            return f"{topo.describe(s)} slot {seg.slot} in state {_state(topo, world, s)}"
+        if (topo.is_device[s] and topo.resident[s][seg.state]) != (seg.slot >= 0):
+            return f"{_at(topo, world, s)} holds slot {seg.slot}"
+        if topo.row_holding[s][seg.state] != (seg.row == 1):
+            return f"{_at(topo, world, s)} holds {seg.row} index rows"
         held |= (1 << seg.slot) if seg.slot >= 0 else 0
     every = (1 << topo.config.device_slots) - 1
     if held & world.free_slots or (held | world.free_slots) != every:
@@ -102,9 +105,12 @@ def _no_slot_leak(topo: Topology, world: World) -> str | None:
 
 
 def _refcount_matches_leases(topo: Topology, world: World) -> str | None:
+    by_prefix = [0] * topo.config.prefixes
+    for r, req in enumerate(world.reqs):
+        if req.lease_prefix >= 0:
+            by_prefix[req.lease_prefix] |= 1 << r
     for s, seg in enumerate(world.segs):
-        expected = sum(1 << r for r, req in enumerate(world.reqs)
-                       if req.lease_prefix == topo.seg_prefix[s] and topo.is_device[s])
+        expected = by_prefix[topo.seg_prefix[s]] if topo.is_device[s] else 0
         if seg.leases != expected:
             return f"{topo.describe(s)} lease holders {seg.leases:b}, leases name {expected:b}"
     return None
@@ -112,19 +118,65 @@ def _refcount_matches_leases(topo: Topology, world: World) -> str | None:
 
 def _disk_copy_durable(topo: Topology, world: World) -> str | None:
     for s, seg in enumerate(world.segs):
-        kind = topo.seg_kind[s]
-        if seg.state in topo.corrupt[kind] and not seg.quarantined:
+        if topo.corrupt[s][seg.state] and not seg.quarantined:
             return f"{topo.describe(s)} is CORRUPT but not quarantined"
-        if seg.state in topo.on_disk[kind]:
-            record = world.segs[topo.record_of_prefix[topo.seg_prefix[s]]]
-            rkind = topo.seg_kind[topo.record_of_prefix[topo.seg_prefix[s]]]
-            if record.state not in topo.record_present[rkind]:
+        if topo.on_disk[s][seg.state]:
+            record = topo.record_of_prefix[topo.seg_prefix[s]]
+            if not topo.record_present[record][world.segs[record].state]:
                 return f"{topo.describe(s)} is ON_DISK but its disk record is gone"
     return None
 
 
-def _state(topo: Topology, world: World, s: int) -> str:
-    return topo.seg_table[s].states[world.segs[s].state]
+def _references_counted(topo: Topology, world: World) -> str | None:
+    """Holders equal the referencing index entries whose bit covers the object; a released entry holds nothing."""
+    expected = [0] * len(world.segs)
+    for s in topo.index_segs:
+        seg = world.segs[s]
+        if not seg.refs:
+            continue
+        if not topo.referencing[s][seg.state]:
+            return f"{_at(topo, world, s)} still holds references {seg.refs:b}"
+        for i, t in enumerate(topo.ref_targets[s]):
+            expected[t] += seg.refs >> i & 1
+    for s, seg in enumerate(world.segs):
+        if seg.holders != expected[s]:
+            return f"{topo.describe(s)} has {seg.holders} holders, {expected[s]} index entries refer to it"
+    return None
+
+
+def _referenced_objects_indexable(topo: Topology, world: World) -> str | None:
+    for s in topo.index_segs:
+        refs = world.segs[s].refs
+        for i, t in enumerate(topo.ref_targets[s]):
+            if refs >> i & 1 and not topo.indexable[t][world.segs[t].state]:
+                return f"{topo.describe(s)} refers to {_at(topo, world, t)}"
+    return None
+
+
+def _index_closed(topo: Topology, world: World) -> str | None:
+    segs = world.segs
+    for p in range(topo.config.prefixes):
+        block, point = topo.block_of_prefix[p], topo.point_of_prefix[p]
+        indexed = segs[block].state == topo.block_indexed
+        if segs[point].state == topo.point_kept and not indexed:
+            return f"{topo.describe(point)} is KEPT but {_at(topo, world, block)}"
+        if indexed and p > 0 and segs[topo.block_of_prefix[p - 1]].state != topo.block_indexed:
+            return f"{topo.describe(block)} is INDEXED but its parent {_at(topo, world, topo.block_of_prefix[p - 1])}"
+    return None
+
+
+def _live_chains_indexed(topo: Topology, world: World) -> str | None:
+    for r, req in enumerate(world.reqs):
+        for p in range(req.lease_prefix + 1):
+            block = topo.block_of_prefix[p]
+            if world.segs[block].state != topo.block_indexed:
+                return f"request {r}'s chain to p{req.lease_prefix} names {_at(topo, world, block)}"
+    return None
+
+
+def _at(topo: Topology, world: World, s: int) -> str:
+    """A segment and its state, for messages."""
+    return f"{topo.describe(s)} ({topo.state_name(world, s)})"
 
 
 INVARIANTS: Mapping[str, Invariant] = MappingProxyType({
@@ -139,4 +191,8 @@ INVARIANTS: Mapping[str, Invariant] = MappingProxyType({
     "no_slot_leak": _no_slot_leak,
     "refcount_matches_leases": _refcount_matches_leases,
     "disk_copy_durable": _disk_copy_durable,
+    "references_counted": _references_counted,
+    "referenced_objects_indexable": _referenced_objects_indexable,
+    "index_closed": _index_closed,
+    "live_chains_indexed": _live_chains_indexed,
 })

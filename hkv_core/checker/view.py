@@ -1,8 +1,14 @@
-"""The checker's GuardView: answers guard questions about one segment of a world."""
+"""The checker's GuardView: answers guard questions about one segment of a world.
+
+The view reads a `World` or a `Move` in progress (a reference event fired by
+an index entry's effect is guarded on the world as the move left it so far).
+Index questions are about the segment's prefix p: its block (parent: block
+p - 1, child: block p + 1) and its resume point.
+"""
 
 from __future__ import annotations
 
-from hkv_core.checker.world import Topology, World
+from hkv_core.checker.world import Topology, WorldLike
 
 
 class WorldView:
@@ -10,11 +16,18 @@ class WorldView:
 
     __slots__ = ("topo", "world", "seg", "actor")
 
-    def __init__(self, topo: Topology, world: World, seg: int, actor: int) -> None:
+    def __init__(self, topo: Topology, world: WorldLike, seg: int, actor: int) -> None:
         self.topo, self.world, self.seg, self.actor = topo, world, seg, actor
 
-    def _kind(self) -> str:
-        return self.topo.seg_kind[self.seg]
+    def _prefix(self) -> int:
+        return self.topo.seg_prefix[self.seg]
+
+    def _block_indexed_at(self, prefix: int) -> bool:
+        """Is the block of `prefix` INDEXED (False past the last prefix)."""
+        topo = self.topo
+        if not 0 <= prefix < topo.config.prefixes:
+            return False
+        return self.world.segs[topo.block_of_prefix[prefix]].state == topo.block_indexed
 
     def slot_available(self) -> bool:
         return self.world.free_slots != 0
@@ -23,7 +36,11 @@ class WorldView:
         return self.actor >= 0 and self.world.segs[self.seg].owner == self.actor
 
     def rows_full(self) -> bool:
-        return self.world.segs[self.seg].rows >= self.topo.config.rows_per_segment
+        seg = self.world.segs[self.seg]
+        return seg.rows >= self.topo.cap(seg)
+
+    def rows_written(self) -> int:
+        return self.world.segs[self.seg].rows
 
     def leased_by_actor(self) -> bool:
         return self.actor >= 0 and bool(self.world.segs[self.seg].leases >> self.actor & 1)
@@ -34,19 +51,39 @@ class WorldView:
     def copy_pinned(self) -> bool:
         return self.world.segs[self.seg].copy == 1
 
+    def holders(self) -> int:
+        return self.world.segs[self.seg].holders
+
     def disk_record_durable(self) -> bool:
-        record = self.topo.record_of_prefix[self.topo.seg_prefix[self.seg]]
+        record = self.topo.record_of_prefix[self._prefix()]
         seg = self.world.segs[record]
-        return seg.state in self.topo.durable[self.topo.seg_kind[record]] and not seg.quarantined
+        return self.topo.durable[record][seg.state] and not seg.quarantined
 
     def source_set_complete(self) -> bool:
-        prefix = self.topo.seg_prefix[self.seg]
         topo, segs = self.topo, self.world.segs
-        return all(segs[s].state in topo.readable[topo.seg_kind[s]]
-                   for s in topo.device_of_prefix[prefix])
+        return all(topo.readable[s][segs[s].state] for s in topo.device_of_prefix[self._prefix()])
 
     def disk_dependents(self) -> int:
-        prefix = self.topo.seg_prefix[self.seg]
         topo, segs = self.topo, self.world.segs
-        return sum(segs[s].state in topo.disk_held[topo.seg_kind[s]]
-                   for s in topo.device_of_prefix[prefix])
+        return sum(topo.disk_held[s][segs[s].state] for s in topo.device_of_prefix[self._prefix()])
+
+    def parent_indexed(self) -> bool:
+        """A root block (prefix 0) has no parent; block p's parent is block p - 1."""
+        prefix = self._prefix()
+        return prefix == 0 or self._block_indexed_at(prefix - 1)
+
+    def children(self) -> int:
+        """INDEXED blocks whose parent is this prefix's block: block p + 1 only (a chain)."""
+        return int(self._block_indexed_at(self._prefix() + 1))
+
+    def chain_tail(self) -> bool:
+        """Some live request's chain ends at this prefix's block (its lease is on this prefix)."""
+        prefix = self._prefix()
+        return any(req.lease_prefix == prefix for req in self.world.reqs)
+
+    def has_point(self) -> bool:
+        topo = self.topo
+        return self.world.segs[topo.point_of_prefix[self._prefix()]].state == topo.point_kept
+
+    def block_indexed(self) -> bool:
+        return self._block_indexed_at(self._prefix())

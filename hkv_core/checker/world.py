@@ -2,24 +2,40 @@
 
 A world is an immutable tuple so it can be hashed and deduplicated:
 `(segments, requests, free_slots_mask)`.  Each segment is a `Seg` tuple and
-each request a `Req` tuple; `Topology` says which prefix and kind each
-segment index has and precomputes per-kind state-index sets from the spec.
+each request a `Req` tuple.  Per prefix p the world holds one segment of every
+device kind, its disk record, a `block` (the prefix index entry of block p,
+whose parent is block p - 1; block 0 is a root) and a `resume_point` at the
+end of block p.  `Topology` says which prefix and kind each segment index has
+and precomputes, from the spec, per-segment state masks (`mask[s][state]`) so
+invariants and guards never compare state names on the hot path.
+
+A `Move` is the mutable scratch copy one transition edits (segments as a list,
+so an effect that reaches other segments - hold / drop references - edits the
+same copy); `Move.freeze` turns it back into a World.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple, Protocol
 
 import attrs
 
-from hkv_core.spec.records import LifecycleSpec
+from hkv_core.errors import SpecError
+from hkv_core.spec.names import Event, State
+from hkv_core.spec.records import KindSpec, LifecycleSpec
 from hkv_core.spec.table import KindTable, compile_lifecycle
 
-DURABLE_RECORD_STATES = ("DURABLE", "READING")
-READABLE_SOURCE_STATES = ("PUBLISHED", "ON_HOST")
-DISK_HELD_STATES = ("ON_DISK", "LOADING")  # a LOADING segment may be reading the record
-RECORD_PRESENT_STATES = ("DURABLE", "READING", "CORRUPT")
-CORRUPT_STATE = "CORRUPT"
+# Disk-record states (the record kind's own names; `State` covers objects and index entries).
+DURABLE_RECORD_STATES = frozenset({"DURABLE", "READING"})
+RECORD_PRESENT_STATES = frozenset({"DURABLE", "READING", "CORRUPT"})
+CORRUPT_STATES = frozenset({"CORRUPT"})
+READABLE_SOURCE_STATES = frozenset({State.PUBLISHED, State.ON_HOST})
+DISK_HELD_STATES = frozenset({State.ON_DISK, State.LOADING})  # a LOADING segment may be reading the record
+BLOCK_KIND = "block"  # the index kind whose entries chain (parent = the previous prefix's block)
+POINT_KIND = "resume_point"  # the index kind whose entry sits on the block of its prefix
+
+Mask = tuple[bool, ...]  # per state index of one kind: is the state in the set
 
 
 class Seg(NamedTuple):
@@ -34,10 +50,14 @@ class Seg(NamedTuple):
     slot: int = -1  # device slot, -1 when not device-resident
     frozen: int = -1  # rows at the moment the content was frozen
     quarantined: int = 0  # 1 once a checksum mismatch quarantined the record
+    holders: int = 0  # index entries holding a reference on this object
+    refs: int = 0  # index entry: bit i set while it holds a reference on Topology.ref_targets[seg][i]
+    cap: int = -1  # sealed size in rows; -1 means rows_per_segment (the canonical form of a full seal)
+    row: int = 0  # index entry: 1 while it holds a row of its index table (rows are unbounded)
 
 
 class Req(NamedTuple):
-    """One request: the prefix it holds a lease on and the versions it checked."""
+    """One request: the prefix it holds a lease on (its chain ends at that block) and the versions it checked."""
 
     lease_prefix: int = -1
     lease_versions: tuple[int, ...] = ()
@@ -49,17 +69,43 @@ class World(NamedTuple):
     free_slots: int  # bitmask of free device slots
 
 
+class WorldLike(Protocol):
+    """What a guard view reads: a World, or a Move in progress."""
+
+    @property
+    def segs(self) -> Sequence[Seg]: ...
+    @property
+    def reqs(self) -> Sequence[Req]: ...
+    @property
+    def free_slots(self) -> int: ...
+
+
+class Move:
+    """A world under change by one transition: the mutable scratch copy its effects edit."""
+
+    __slots__ = ("segs", "reqs", "free_slots")
+
+    def __init__(self, world: World) -> None:
+        self.segs: list[Seg] = list(world.segs)
+        self.reqs: list[Req] = list(world.reqs)
+        self.free_slots: int = world.free_slots
+
+    def freeze(self) -> World:
+        """The World this move produced."""
+        return World(segs=tuple(self.segs), reqs=tuple(self.reqs), free_slots=self.free_slots)
+
+
 @attrs.frozen(kw_only=True)
 class CheckConfig:
     """The bound of a model check: how big the explored world is."""
 
     prefixes: int = 2
     requests: int = 3
-    device_slots: int = 6
+    device_slots: int = 8
     rows_per_segment: int = 1
     version_cap: int = 1
     max_depth: int = 3
-    seeded_prefixes: int = 1
+    seeded_prefixes: int = 2
     max_states: int = 2_000_000
 
     def __attrs_post_init__(self) -> None:
@@ -69,54 +115,117 @@ class CheckConfig:
         assert 0 <= self.seeded_prefixes <= self.prefixes
 
 
+def private_states(spec: LifecycleSpec, kind: KindSpec) -> frozenset[str]:
+    """States in which an object belongs to one request.
+
+    Those with an exit only its owner may take (guard `is_owner`), and the
+    copy states a copy into such an object enters (a fill in flight keeps it
+    private).  Derived from guards and copy states, not from the owner
+    effects, so a spec that forgets `set_owner` / `clear_owner` is caught.
+    """
+    found = {t.source for t in kind.transitions if "is_owner" in t.guards}
+    todo = list(found)
+    while todo:
+        state = todo.pop()
+        for t in kind.transitions:
+            if t.source == state and t.dest in spec.copy_states and t.dest not in found:
+                found.add(t.dest)
+                todo.append(t.dest)
+    return frozenset(found)
+
+
+def _spec_fail(spec: LifecycleSpec, message: str) -> SpecError:
+    return SpecError(message, file=spec.source, table="meta", key="index_kinds")
+
+
 class Topology:
-    """Static facts about the world: which segment is which, and spec-derived index sets."""
+    """Static facts about the world: which segment is which, and spec-derived state masks."""
 
     def __init__(self, spec: LifecycleSpec, config: CheckConfig) -> None:
         self.spec, self.config = spec, config
         self.tables: dict[str, KindTable] = compile_lifecycle(spec)
-        kinds = list(spec.device_kinds) + list(spec.record_kinds)
+        for needed in (BLOCK_KIND, POINT_KIND):
+            if needed not in spec.index_kinds:
+                raise _spec_fail(spec, f"the checker's world needs index kind {needed!r}")
+        kinds = list(spec.device_kinds) + list(spec.record_kinds) + list(spec.index_kinds)
         self.seg_prefix = tuple(p for p in range(config.prefixes) for _ in kinds)
         self.seg_kind = tuple(k for _ in range(config.prefixes) for k in kinds)
         self.seg_table = tuple(self.tables[k] for k in self.seg_kind)
         self.is_device = tuple(k in spec.device_kinds for k in self.seg_kind)
-        self.by_prefix = tuple(
-            tuple(s for s in range(len(self.seg_kind)) if self.seg_prefix[s] == p)
-            for p in range(config.prefixes))
-        self.device_of_prefix = tuple(
-            tuple(s for s in segs if self.is_device[s]) for segs in self.by_prefix)
-        self.record_of_prefix = tuple(
-            next(s for s in segs if not self.is_device[s]) for segs in self.by_prefix)
-        self.resident = self._index_sets(spec.device_resident_states)
-        self.frozen = self._index_sets(spec.frozen_states)
-        self.copying = self._index_sets(spec.copy_states)
-        self.durable = self._index_sets(frozenset(DURABLE_RECORD_STATES))
-        self.readable = self._index_sets(frozenset(READABLE_SOURCE_STATES))
-        self.on_disk = self._index_sets(frozenset({"ON_DISK"}))
-        self.disk_held = self._index_sets(frozenset(DISK_HELD_STATES))
-        self.record_present = self._index_sets(frozenset(RECORD_PRESENT_STATES))
-        self.corrupt = self._index_sets(frozenset({CORRUPT_STATE}))
-        self.dead = {k: frozenset({t.initial} | {t.state_index[f] for f in spec.kind(k).final})
-                     for k, t in self.tables.items()}
-        self.leasable = self._event_sources("unpin")
-        self.private = self._guard_sources("is_owner")
+        self.is_index = tuple(k in spec.index_kinds for k in self.seg_kind)
+        self.all_segs = tuple(range(len(self.seg_kind)))
+        self.device_segs = tuple(s for s in self.all_segs if self.is_device[s])
+        self.index_segs = tuple(s for s in self.all_segs if self.is_index[s])
+        self.device_of_prefix = tuple(tuple(s for s in self.device_segs if self.seg_prefix[s] == p)
+                                      for p in range(config.prefixes))
+        self.record_of_prefix = self._one_per_prefix(spec.record_kinds[0])
+        self.block_of_prefix = self._one_per_prefix(BLOCK_KIND)
+        self.point_of_prefix = self._one_per_prefix(POINT_KIND)
+        self.ref_targets = tuple(self._ref_targets(s) for s in self.all_segs)
+        self._masks(spec)
+        self._events(spec)
 
-    def _index_sets(self, names: frozenset[str]) -> dict[str, frozenset[int]]:
-        return {k: frozenset(i for i, s in enumerate(t.states) if s in names)
-                for k, t in self.tables.items()}
+    def _one_per_prefix(self, kind: str) -> tuple[int, ...]:
+        return tuple(next(s for s in self.all_segs if self.seg_prefix[s] == p and self.seg_kind[s] == kind)
+                     for p in range(self.config.prefixes))
 
-    def _event_sources(self, event: str) -> dict[str, frozenset[int]]:
-        return {k: frozenset(t.state_index[e.source] for e in self.spec.kind(k).transitions
-                             if e.event == event) for k, t in self.tables.items()}
+    def _ref_targets(self, s: int) -> tuple[int, ...]:
+        """The segments index entry `s` may reference: its prefix's segments of the kinds [references] lists."""
+        kinds = self.spec.references.get(self.seg_kind[s], ())
+        return tuple(next(t for t in self.device_of_prefix[self.seg_prefix[s]] if self.seg_kind[t] == k)
+                     for k in kinds)
 
-    def _guard_sources(self, guard: str) -> dict[str, frozenset[int]]:
-        return {k: frozenset(t.state_index[e.source] for e in self.spec.kind(k).transitions
-                             if guard in e.guards) for k, t in self.tables.items()}
+    def _masks(self, spec: LifecycleSpec) -> None:
+        """Per-segment state masks for every state set the guards and invariants ask about."""
+        self.resident = self._mask(lambda k: spec.device_resident_states)
+        self.frozen = self._mask(lambda k: spec.frozen_states)
+        self.copying = self._mask(lambda k: spec.copy_states)
+        self.indexable = self._mask(lambda k: spec.indexable_states)
+        self.durable = self._mask(lambda k: DURABLE_RECORD_STATES)
+        self.readable = self._mask(lambda k: READABLE_SOURCE_STATES)
+        self.on_disk = self._mask(lambda k: frozenset({State.ON_DISK}))
+        self.disk_held = self._mask(lambda k: DISK_HELD_STATES)
+        self.record_present = self._mask(lambda k: RECORD_PRESENT_STATES)
+        self.corrupt = self._mask(lambda k: CORRUPT_STATES)
+        self.draft = self._mask(lambda k: frozenset({State.DRAFT}))
+        self.ready = self._mask(lambda k: frozenset({State.READY}))
+        self.dead = self._mask(lambda k: spec.kind(k).final | {spec.kind(k).initial})
+        self.private = self._mask(lambda k: private_states(spec, spec.kind(k)))
+        live = {BLOCK_KIND: frozenset({State.INDEXED}), POINT_KIND: frozenset({State.KEPT})}
+        self.referencing = self._mask(lambda k: live.get(k, frozenset()))
+        self.row_holding = self.referencing  # an entry holds its row exactly while it is in the index
+        self.block_indexed = self.tables[BLOCK_KIND].state_id(State.INDEXED)
+        self.point_kept = self.tables[POINT_KIND].state_id(State.KEPT)
+
+    def _mask(self, names_of: Callable[[str], Iterable[str]]) -> tuple[Mask, ...]:
+        """Per segment: the mask of its kind's states that are in `names_of(kind)`."""
+        by_kind = {k: t.states_mask(frozenset(names_of(k))) for k, t in self.tables.items()}
+        return tuple(by_kind[k] for k in self.seg_kind)
+
+    def _events(self, spec: LifecycleSpec) -> None:
+        """Lease events split by what their edges do (add or drop a lease); the reference events' ids."""
+        def with_effect(effect: str) -> tuple[str, ...]:
+            return tuple(sorted(e for e in spec.lease_events
+                                if any(t.event == e and effect in t.effects
+                                       for k in spec.device_kinds for t in spec.kind(k).transitions)))
+        self.acquiring_events = with_effect("add_lease")
+        self.releasing_events = with_effect("drop_lease")
+        self.leasable = self._mask(lambda k: frozenset(
+            t.source for t in spec.kind(k).transitions if t.event in self.releasing_events))
+        self.hold_event = tuple(t.event_index.get(Event.HOLD) for t in self.seg_table)
+        self.unhold_event = tuple(t.event_index.get(Event.UNHOLD) for t in self.seg_table)
 
     def initial_world(self) -> World:
         segs = tuple(Seg(state=t.initial) for t in self.seg_table)
         reqs = tuple(Req() for _ in range(self.config.requests))
         return World(segs=segs, reqs=reqs, free_slots=(1 << self.config.device_slots) - 1)
+
+    def cap(self, seg: Seg) -> int:
+        """The rows a segment holds when full: its sealed size, else rows_per_segment."""
+        return seg.cap if seg.cap >= 0 else self.config.rows_per_segment
+
+    def state_name(self, world: WorldLike, s: int) -> str:
+        return self.seg_table[s].states[world.segs[s].state]
 
     def describe(self, seg: int) -> str:
         return f"p{self.seg_prefix[seg]}.{self.seg_kind[seg]}"

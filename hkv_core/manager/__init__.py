@@ -1,18 +1,23 @@
-"""The cache manager: prefix index, hit validation, leases, allocation, eviction."""
+"""The cache manager: page pools, prefix index, roles, hit validation, leases, plans, eviction."""
 
-from hkv_core.manager.config import ManagerConfig
-from hkv_core.manager.errors import (
-           AdmissionRejected,
-           InvalidRequestState,
-           OutOfPages,
-           StaleLease,
-           UnknownRequest,
+from hkv_core.errors import (
+    AdmissionRejected,
+    InvalidRequestState,
+    InvariantViolation,
+    OutOfPages,
+    StaleLease,
+    UnknownPlan,
+    UnknownRequest,
 )
-from hkv_core.manager.invariants import InvariantViolation, check_invariants
+from hkv_core.manager.config import ManagerConfig
+from hkv_core.manager.index import IndexEvent
+from hkv_core.manager.invariants import check_invariants
+from hkv_core.manager.lanes import PoolRole
 from hkv_core.manager.manager import CacheManager
-from hkv_core.manager.pools import NULL_PAGE, PoolRole
-from hkv_core.manager.records import Allocation, CopyPages, Hit, Reason
+from hkv_core.manager.records import Allocation, Hit, Reason
+from hkv_core.plan import CopyPages
+from hkv_core.units import NULL_PAGE
 
-__all__ = ["NULL_PAGE", "AdmissionRejected", "Allocation", "CacheManager", "CopyPages", "Hit",
+__all__ = ["NULL_PAGE", "AdmissionRejected", "Allocation", "CacheManager", "CopyPages", "Hit", "IndexEvent",
            "InvalidRequestState", "InvariantViolation", "ManagerConfig", "OutOfPages", "PoolRole", "Reason",
-           "StaleLease", "UnknownRequest", "check_invariants"]
+           "StaleLease", "UnknownPlan", "UnknownRequest", "check_invariants"]

@@ -1,231 +1,179 @@
-"""Device-tier eviction: LRU over unpinned units, dependency aware (FAILURES.md F9).
+"""Eviction: LRU over units (resume points, leaf blocks), dependency aware, planned and applied in bulk.
 
-Units are resume points (their tail snapshots and their references on window
-pages) and leaf blocks (their prefix-page references).  A block is only
-evicted as a leaf, and never while it ends a live request's chain, so the tail
-of a chain goes before its head, no request's chain loses a block, and no
-retained resume point ever loses a page it needs: the point is dropped first,
-and a window page is retired only when no point references it.  The order
-comes from the arena's LRU queue, consumed lazily (no sort per eviction).
+Units come from the index's eviction order (a `children_first` policy): for
+each block, its resume point (if kept and no lease pins its tail), then the
+block itself if it is on no live request's chain and no lease pins its
+prefix pages.  Blocks of live chains and pinned blocks form an
+ancestor-closed set (a chain is a prefix; a pinned page's blocks lead back
+to the pinning request's chain), and every other block comes after all its
+descendants, so each unit in order can go once the ones before it have gone:
+a chunk of the order is screened with a few array operations, no loop per
+unit (F9: a block goes only as a leaf, after its point; a point goes before
+the pages it refers to).
 
-Eviction for an allocation is planned first on a virtual copy of the
-reference counts; it is carried out only if it frees enough pages in every
-pool the allocation needs, so a failed allocation evicts nothing (F8).
+Eviction for an allocation is planned on virtual reference counts: a unit's
+references are counted against each object's holders, and an object frees
+its page at the unit dropping its last reference (if nothing pins it).  The
+plan is carried out only if it frees enough in every pool and index table
+the allocation needs (F8: a failed allocation evicts nothing).  Beyond the
+need it frees a low-water margin (`evict_slack_shift`), so eviction runs on
+a few percent of allocations.
 """
 
 from __future__ import annotations
-
-from collections import Counter
-from collections.abc import Callable
 
 import attrs
 import numpy as np
 from numpy.typing import NDArray
 
 from hkv_core.manager.core import Core
-from hkv_core.manager.pools import NULL_PAGE, PoolRole, add_counts
+from hkv_core.manager.index import NO_POINT
+from hkv_core.manager.page_pool import NULL_OBJECT, PagePool
 
-Ref = tuple[int, int]  # (pool, page)
-Slot = tuple[int, int, int]  # (block, window pool, page): a window reference kept in the arena
-PointDrops = tuple[list[tuple[Ref, str]], list[Slot]]
-Pages = NDArray[np.int32]
-QUEUE_CHUNK = 256  # LRU queue entries screened by the first NumPy step of a walk (doubling after)
-MAX_QUEUE_CHUNK = 65_536
+Index = NDArray[np.intp]
+Blocks = NDArray[np.int32]
 
 
 @attrs.define
-class Virtual:
-    """Reference drops and block removals not yet applied to the manager."""
+class Walk:
+    """Units planned so far, in order, and where each resource's frees happen."""
 
-    refs: Counter[Ref] = attrs.field(factory=Counter)
-    children: Counter[int] = attrs.field(factory=Counter)
-    gone: set[int] = attrs.field(factory=set)
-    freed: Counter[int] = attrs.field(factory=Counter)
-    units: list[int] = attrs.field(factory=list)
-    points: dict[int, PointDrops] = attrs.field(factory=dict)  # planned points: what each one drops
-    tails: set[int] = attrs.field(factory=set)  # the last block of every live request's chain: never dropped
-
-
-def live_chain_tails(core: Core) -> set[int]:
-    """Blocks that end a live request's chain; as only leaves go, keeping them keeps every chain indexed (F11)."""
-    return {req.chain[-1] for req in core.requests.values() if req.chain}
+    points: list[Blocks] = attrs.field(factory=list)
+    point_pos: list[Index] = attrs.field(factory=list)
+    blocks: list[Blocks] = attrs.field(factory=list)
+    block_pos: list[Index] = attrs.field(factory=list)
+    freed: list[list[Index]] = attrs.field(factory=list)  # per resource: positions of frees (pools, rows)
+    touched: list[tuple[PagePool, Index]] = attrs.field(factory=list)
+    units: int = 0
+    base: int = 0
 
 
-def _pinned_mask(core: Core, blocks: NDArray[np.int32]) -> NDArray[np.bool_]:
-    """Per block: does a lease pin one of its prefix pages or its tail snapshots?"""
-    a, pinned = core.arena, np.zeros(len(blocks), np.bool_)
-    for role, column in ((PoolRole.PREFIX, a.prefix_pages), (PoolRole.TAIL, a.tail_pages)):
-        for col, pool in enumerate(core.by_role[role]):
-            pinned |= core.pools[pool].leases[column[blocks, col]] > 0  # the NULL page is never pinned
-    return pinned
+def _chunk_units(core: Core, walk: Walk, chunk: Blocks, live: NDArray[np.bool_]) -> None:
+    """Plan every unit of one chunk of the eviction order (positions continue the walk's)."""
+    blocks = core.index.blocks
+    pts = blocks.point[chunk]
+    has_point = pts != NO_POINT
+    pinned = np.zeros(len(chunk), np.bool_)
+    for role in core.roles:
+        pinned |= role.blocks_pinned(chunk)
+    if has_point.any():
+        where = np.flatnonzero(has_point)
+        for role in core.roles:
+            pinned[where] |= role.points_pinned(pts[where])
+    point_unit = has_point & ~pinned
+    block_unit = ~live[chunk] & ~pinned
+    pos = 2 * (walk.base + np.arange(len(chunk), dtype=np.intp))
+    walk.base += len(chunk)
+    points, p_pos = pts[point_unit], pos[point_unit]
+    dropped, b_pos = chunk[block_unit], pos[block_unit] + 1
+    walk.points.append(points)
+    walk.point_pos.append(p_pos)
+    walk.blocks.append(dropped)
+    walk.block_pos.append(b_pos)
+    walk.units += len(points) + len(dropped)
+    for role in core.roles:
+        for pool, objs, at in role.refs(points, p_pos, dropped, b_pos):
+            walk.freed[pool.spec.index].append(_freed(walk, pool, objs, at))
+    walk.freed[len(core.pools)].append(b_pos)
+    walk.freed[len(core.pools) + 1].append(p_pos)
 
 
-def _point_drops(core: Core, block: int) -> PointDrops:
-    """A resume point's references (tail snapshots, window pages of its window) and its window slots."""
-    a = core.arena
-    refs = [((pool, page), "evict") for pool, page in zip(core.by_role[PoolRole.TAIL], a.tail_pages[block].tolist(),
-                                                           strict=True) if page != NULL_PAGE]
-    windows, slots = core.by_role[PoolRole.WINDOW], list[Slot]()
-    if not windows:
-        return refs, slots
-    position = int(a.position[block])
-    firsts = [core.window_first_block(pool, (position + 1) * core.block_tokens) for pool in windows]
-    chain = [block]
-    for _ in range(position - min(firsts)):  # the block and its ancestors back to the widest window
-        chain.append(int(a.parent[chain[-1]]))
-    rows = a.window_pages[chain].tolist()
-    for col, (pool, first) in enumerate(zip(windows, firsts, strict=True)):
-        for k in range(position + 1 - first):
-            if rows[k][col] != NULL_PAGE:
-                refs.append(((pool, rows[k][col]), "retire"))
-                slots.append((chain[k], pool, rows[k][col]))
-    return refs, slots
+def _freed(walk: Walk, pool: PagePool, objs: NDArray[np.int32], at: Index) -> Index:
+    """Positions at which `objs` (one reference dropped each, at `at`) lose their last reference, unpinned."""
+    real = objs != NULL_OBJECT
+    objs, at = objs[real].astype(np.intp), at[real]
+    if not objs.size:
+        return at
+    order = np.lexsort((at, objs))
+    o, p = objs[order], at[order]
+    first = np.ones(len(o), np.bool_)
+    first[1:] = o[1:] != o[:-1]
+    index = np.arange(len(o))
+    rank = index - np.maximum.accumulate(np.where(first, index, 0)) + 1
+    total = pool.vdrop[o] + rank
+    free = (total == pool.holders[o]) & (pool.leases[o] == 0) & (pool.copies[o] == 0)
+    last = np.ones(len(o), np.bool_)
+    last[:-1] = first[1:]
+    pool.vdrop[o[last]] += rank[last].astype(np.int32)
+    walk.touched.append((pool, o[last]))
+    return p[free]
 
 
-@attrs.frozen
-class Chunk:
-    """Columns of the unpinned current blocks of one queue chunk, as Python lists (no NumPy scalars)."""
-
-    blocks: list[int]
-    point: list[bool]
-    children: list[int]
-    parent: list[int]
-    prefix: list[tuple[int, list[int], list[int], list[bool]]]  # (pool, page, its holders, unleased) per block
-
-    @classmethod
-    def read(cls, core: Core, blocks: NDArray[np.int32]) -> Chunk:
-        a, prefix = core.arena, []
-        for col, pool in enumerate(core.by_role[PoolRole.PREFIX]):
-            pages, p = a.prefix_pages[blocks, col], core.pools[pool]
-            prefix.append((pool, pages.tolist(), p.holders[pages].tolist(), (p.leases[pages] == 0).tolist()))
-        return cls(blocks.tolist(), a.point[blocks].tolist(), a.children[blocks].tolist(),
-                   a.parent[blocks].tolist(), prefix)
-
-
-def _unit(core: Core, v: Virtual, chunk: Chunk, i: int) -> bool:
-    """Plan the i-th block of the chunk as a unit if it can go now: its point, and the block if a leaf.
-
-    A block goes only as a leaf (every child already gone) that ends no live
-    request's chain; its resume point can go on its own.
-    """
-    block, has_point = chunk.blocks[i], chunk.point[i]
-    leaf = chunk.children[i] == v.children[block] and block not in v.tails
-    if not has_point and not leaf:
-        return False
-    if has_point:
-        v.points[block] = _point_drops(core, block)
-        _count(core, v, v.points[block][0])
-    if leaf:
-        for pool, pages, holders, unleased in chunk.prefix:
-            if pages[i] != NULL_PAGE:
-                count = v.refs[(pool, pages[i])] = v.refs[(pool, pages[i])] + 1
-                v.freed[pool] += count == holders[i] and unleased[i]
-        v.gone.add(block)
-        v.children[chunk.parent[i]] += 1
-    v.units.append(block)
-    return True
-
-
-def _count(core: Core, v: Virtual, refs: list[tuple[Ref, str]]) -> None:
-    for (pool, page), _ in refs:
-        v.refs[(pool, page)] += 1
-        p = core.pools[pool]
-        if v.refs[(pool, page)] == p.holders[page] and p.leases[page] == 0:
-            v.freed[pool] += 1
-
-
-def _walk(core: Core, v: Virtual, enough: Callable[[Virtual], bool]) -> None:
-    """Plan units in exact LRU order until `enough(v)`, reading the arena's LRU queue in chunks.
-
-    The queue is ordered by last use, deeper first, and every child's entry
-    comes before its parent's (blocks of live chains excepted: they never go),
-    so by the time a block is reached it is a leaf if it ever will be.
-    """
-    a, start, chunk_entries = core.arena, core.arena.lru_head, QUEUE_CHUNK
-    v.tails = live_chain_tails(core)
-    leading_stale = True
-    while start < a.lru_len and not enough(v):
-        end = min(start + chunk_entries, a.lru_len)
-        chunk_entries = min(2 * chunk_entries, MAX_QUEUE_CHUNK)  # long live chains at the front: O(log) rounds
-        current = a.current(start, end)
-        if leading_stale:
-            first = int(np.argmax(current)) if current.any() else end - start
-            a.lru_head, leading_stale = start + first, first == end - start
-        blocks = a.lru_block[start:end][current]
-        chunk = Chunk.read(core, blocks[~_pinned_mask(core, blocks)])
-        for i in range(len(chunk.blocks)):
-            if _unit(core, v, chunk, i) and enough(v):
-                return
-        start = end
-
-
-def plan(core: Core, needs: dict[int, int]) -> Virtual | None:
-    """LRU units whose eviction frees `needs[pool]` pages in every pool, or None if impossible."""
-    v = Virtual()
-    short = {p: n - len(core.pools[p].free) for p, n in needs.items() if n > len(core.pools[p].free)}
-
-    def enough(v: Virtual) -> bool:
-        return all(v.freed[p] >= n for p, n in short.items())
-
-    if short:
-        _walk(core, v, enough)
-    return v if enough(v) else None
-
-
-def apply(core: Core, v: Virtual) -> None:
-    """Carry out a planned eviction: drop points, then blocks, then release pages in bulk per pool."""
-    a = core.arena
-    points = np.array(list(v.points), np.int32)
-    slots = [s for _, point_slots in v.points.values() for s in point_slots]
-    point_pages: dict[tuple[int, str], list[int]] = {}
-    for (pool, page), event in (r for refs, _ in v.points.values() for r in refs):
-        point_pages.setdefault((pool, event), []).append(page)
-    drops = {key: [np.array(pages, np.int32)] for key, pages in point_pages.items()}
-    a.point[points] = False
-    a.tail_pages[points] = NULL_PAGE
-    gone = np.array([b for b in v.units if b in v.gone], np.int32)
-    for col, pool in enumerate(core.by_role[PoolRole.PREFIX]):
-        pages = a.prefix_pages[gone, col]
-        drops.setdefault((pool, "evict"), []).append(pages[pages != NULL_PAGE])
-    core.keys.remove_ids(gone)  # before drop_many recycles their arena rows (the table reads keys there)
-    a.drop_many(gone)
-    core.stats["evicted_points"] += len(points)
-    core.stats["evicted_blocks"] += len(gone)
-    freed = _release_refs(core, {k: np.concatenate(v) for k, v in drops.items()})
-    for block, pool, page in slots:
-        if (pool, page) in freed:
-            a.window_pages[block, core.column[pool]] = NULL_PAGE
-
-
-def _release_refs(core: Core, drops: dict[tuple[int, str], Pages]) -> set[Ref]:
-    """Drop index references; pages whose last reference went are evicted (or retired). Returns them."""
-    freed: set[Ref] = set()
-    for (pool, event), pages in drops.items():
-        if not pages.size:
+def _cut(walk: Walk, needs: list[int]) -> int | None:
+    """The position of the last unit needed to meet every need (-1: nothing needed), None if unmet."""
+    cut = -1
+    for need, positions in zip(needs, walk.freed, strict=True):
+        if need <= 0:
             continue
-        p = core.pools[pool]
-        add_counts(p.holders, pages, -1)
-        assert np.all(p.holders[pages] >= 0)
-        gone = np.unique(pages[p.holders[pages] == 0])
-        p.step(gone, event)
-        if event == "retire":
-            p.step(gone[p.leases[gone] == 0], "reclaim")
-        freed.update((pool, page) for page in gone.tolist())
-    return freed
+        found = np.concatenate(positions) if positions else np.zeros(0, np.intp)
+        if len(found) < need:
+            return None
+        cut = max(cut, int(np.partition(found, need - 1)[need - 1]))
+    return cut
 
 
-def evict_for(core: Core, needs: dict[int, int]) -> bool:
-    """Evict just enough for `needs`; False (and nothing evicted) when that is impossible."""
-    v = plan(core, needs)
-    if v is None:
-        return False
-    apply(core, v)
+def _walk(core: Core, needs: list[int], max_units: int | None) -> Walk:
+    """Plan units in eviction order until `needs` are met (or `max_units` planned, or the order ends)."""
+    walk = Walk(freed=[[] for _ in range(len(needs))])
+    live = np.zeros(core.index.blocks.capacity, np.bool_)
+    for req in core.requests.live():
+        live[req.chain.view()] = True
+    for chunk in core.index.policy.chunks():
+        _chunk_units(core, walk, chunk, live)
+        if (max_units is not None and walk.units >= max_units) or (any(needs) and _cut(walk, needs) is not None):
+            break
+    for pool, objs in walk.touched:
+        pool.vdrop[objs] = 0
+    return walk
+
+
+def _apply(core: Core, walk: Walk, cut: int | None, max_units: int | None) -> int:
+    """Drop the planned units up to position `cut` (None: all, or the first `max_units`); returns units."""
+    points, p_pos = np.concatenate(walk.points), np.concatenate(walk.point_pos)
+    blocks, b_pos = np.concatenate(walk.blocks), np.concatenate(walk.block_pos)
+    if max_units is not None:
+        order = np.sort(np.concatenate([p_pos, b_pos]))
+        cut = int(order[max_units - 1]) if 0 < max_units <= len(order) else (-1 if not max_units else None)
+    if cut is not None:
+        points, blocks = points[p_pos <= cut], blocks[b_pos <= cut]
+    core.index.drop_points(points.astype(np.intp))
+    core.index.drop_blocks(blocks.astype(np.intp))
+    for pool, objs in core.index.take_unheld():
+        pool.settle(objs)
+    core.stats["evicted_points"] += len(points)
+    core.stats["evicted_blocks"] += len(blocks)
+    core.stats["evictions"] += 1
+    return len(points) + len(blocks)
+
+
+def _needs(core: Core, pages: list[int], blocks: int, points: int, slack: bool) -> list[int]:
+    """What must be freed per resource (page pools, block rows, point rows), with the low-water margin."""
+    shift = core.config.evict_slack_shift
+    frees = [p.free_count for p in core.pools] + [core.index.blocks.available(), core.index.points.available()]
+    sizes = [p.spec.pages - 1 for p in core.pools] + [core.index.blocks.capacity, core.index.points.capacity]
+    out = []
+    for need, free, size in zip([*pages, blocks, points], frees, sizes, strict=True):
+        short = need - free
+        out.append(short + (size >> shift if slack and shift is not None else 0) if short > 0 else 0)
+    return out
+
+
+def evict_for(core: Core, pages: list[int], blocks: int, points: int) -> bool:
+    """Evict enough for an allocation's needs (and a margin); False, and nothing evicted, when impossible."""
+    wanted, required = _needs(core, pages, blocks, points, True), _needs(core, pages, blocks, points, False)
+    walk = _walk(core, wanted, None)
+    cut = _cut(walk, wanted)
+    if cut is None:
+        cut = _cut(walk, required)
+        if cut is None:
+            return False
+    _apply(core, walk, cut, None)
     return True
 
 
 def evict_all(core: Core, max_units: int | None = None) -> int:
-    """Evict unpinned units in exact LRU order (all of them, or the first `max_units`)."""
-    v = Virtual()
-    _walk(core, v, lambda v: max_units is not None and len(v.units) >= max_units)
-    apply(core, v)
-    return len(v.units)
+    """Evict unpinned units in eviction order (all of them, or the first `max_units`)."""
+    walk = _walk(core, [0] * (len(core.pools) + 2), max_units)
+    if not walk.units:
+        return 0
+    return _apply(core, walk, None, max_units)

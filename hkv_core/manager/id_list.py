@@ -15,7 +15,7 @@ from typing import Any, overload
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-Ids = NDArray[np.int32]
+Ids = NDArray[Any]  # int32 ids (or int64 versions)
 MIN_ROOM = 16
 
 
@@ -34,13 +34,16 @@ def appended(view: NDArray[Any], room: NDArray[Any] | None,
 
 
 class IdList:
-    """Ids 0 .. len-1 live in `self._data[:len]`; slices and `view()` are views (copy before keeping them)."""
+    """Ids 0 .. len-1 live in `self._data[:len]`; slices and `view()` are views (copy before keeping them).
+
+    int32 by default (block, object and page ids); `dtype=np.int64` for versions.
+    """
 
     __slots__ = ("_data", "_len")
 
-    def __init__(self, values: ArrayLike = ()) -> None:
-        ids = np.asarray(values, np.int32).ravel()
-        self._data: Ids = np.empty(max(MIN_ROOM, 2 * len(ids)), np.int32)
+    def __init__(self, values: ArrayLike = (), dtype: type[np.signedinteger[Any]] = np.int32) -> None:
+        ids = np.asarray(values, dtype).ravel()
+        self._data: Ids = np.empty(max(MIN_ROOM, 2 * len(ids)), dtype)
         self._data[:len(ids)] = ids
         self._len = len(ids)
 
@@ -48,14 +51,23 @@ class IdList:
         return self._data[:self._len]
 
     def extend(self, values: ArrayLike) -> None:
-        view, self._data = appended(self.view(), self._data, np.asarray(values, np.int32).ravel())
+        view, self._data = appended(self.view(), self._data, np.asarray(values, self._data.dtype).ravel())
         self._len = len(view)
 
     def append(self, value: int) -> None:
         self.extend((value,))
 
+    def keep(self, mask: NDArray[np.bool_]) -> None:
+        """Keep only the ids where `mask` is True (same length as the list), in order."""
+        kept = self.view()[mask]
+        self._data[:len(kept)] = kept
+        self._len = len(kept)
+
+    def clear(self) -> None:
+        self._len = 0
+
     def copy(self) -> IdList:
-        return IdList(self.view())
+        return IdList(self.view(), self._data.dtype.type)
 
     def tolist(self) -> list[int]:
         return list(self.view().tolist())

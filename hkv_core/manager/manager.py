@@ -2,13 +2,16 @@
 
     rid = manager.add_request(tokens, cache_salt="tenant-a")
     hit = manager.match(rid)               # longest safe resume point + verdict
-    manager.acquire(rid, hit)              # re-check versions (StaleLease), pin
-    alloc = manager.allocate(rid, n)       # pages + slot mappings (OutOfPages: nothing changed)
+    manager.acquire(rid, hit)              # re-check against the index (StaleLease), pin
+    alloc = manager.allocate(rid, n)       # pages + slot mappings + copy plan (OutOfPages: nothing changed)
+    if alloc.plan: manager.complete(alloc.plan.plan_id, executor.run(alloc.plan))
     ...engine writes the KV of n tokens...
     manager.commit(rid, n)                 # publish complete pages and resume points
     manager.release(rid)                   # unpin, free what the request owned
 
-Every public method takes one lock; the manager is safe to share between threads.
+Every public method takes one lock; the manager is safe to share between
+threads.  Every argument is checked before anything changes: a failing call
+raises a typed HkvError and leaves the manager as it was.
 """
 
 from __future__ import annotations
@@ -17,16 +20,23 @@ import threading
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
+import numpy as np
 from numpy.typing import ArrayLike
 
 from hkv_core.block_keys import ExtraKeys
+from hkv_core.errors import InvalidRequestState, InvariantViolation, StaleLease, UnknownPlan, UnknownRequest
+from hkv_core.executor import PoolBinding
 from hkv_core.layout import Layout
-from hkv_core.manager import admit, alloc, commit, evict, hit, lease, release
+from hkv_core.manager import acquire, admit, allocate, commit, evict, match, release, views
 from hkv_core.manager.config import ManagerConfig
-from hkv_core.manager.core import Core, RequestState
-from hkv_core.manager.errors import InvalidRequestState, UnknownRequest
-from hkv_core.manager.invariants import InvariantViolation, check_invariants
+from hkv_core.manager.core import Core
+from hkv_core.manager.index import IndexEvent
+from hkv_core.manager.invariants import check_invariants
 from hkv_core.manager.records import Allocation, Hit
+from hkv_core.manager.requests import RequestState
+from hkv_core.plan import Completion, Plan
+from hkv_core.spec.names import Event
+from hkv_core.units import as_count
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -47,7 +57,7 @@ def _locked(method: Callable[P, R]) -> Callable[P, R]:
 
 
 class CacheManager:
-    """Prefix index, hit validation, leases, allocation and eviction over static pools."""
+    """Prefix index, hit validation, leases, allocation, copy plans and eviction over static pools."""
 
     def __init__(self, layout: Layout, config: ManagerConfig | None = None) -> None:
         self.core = Core(layout, config or ManagerConfig())
@@ -56,6 +66,17 @@ class CacheManager:
     @property
     def layout(self) -> Layout:
         return self.core.layout
+
+    @property
+    def config(self) -> ManagerConfig:
+        return self.core.config
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counters: evicted blocks / points, eviction rounds, copies issued."""
+        return dict(self.core.stats)
+
+    # ------------------------------------------------------------------ requests
 
     @_locked
     def add_request(self, tokens: ArrayLike, *, cache_salt: str | None = None, lora_id: str | int | None = None,
@@ -75,42 +96,56 @@ class CacheManager:
         req = self._request(rid, "match")
         if req.acquired:
             raise InvalidRequestState(request_id=rid, action="match", reason="already acquired a hit")
-        return hit.match(self.core, req)
+        return match.match(self.core, req)
 
     @_locked
     def acquire(self, rid: int, found: Hit) -> None:
-        """Pin the hit's pages after re-checking their versions (StaleLease if any moved)."""
+        """Pin the hit's objects after re-checking it against the index (StaleLease if anything moved)."""
         req = self._request(rid, "acquire")
-        if req.acquired or found.request_id != rid:
+        if not isinstance(found, Hit) or req.acquired or found.request_id != rid:
+            reason = ("not a Hit" if not isinstance(found, Hit) else "already acquired" if req.acquired
+                      else "hit of another request")
+            raise InvalidRequestState(request_id=rid, action="acquire", reason=reason)
+        if found.tokens != len(found.block_ids) * self.core.block_tokens or found.tokens >= max(1, len(req.tokens)):
             raise InvalidRequestState(request_id=rid, action="acquire",
-                                      reason="already acquired" if req.acquired else "hit of another request")
-        lease.acquire(self.core, req, found)
+                                      reason=f"hit of {found.tokens} tokens over {len(found.block_ids)} blocks")
+        acquire.acquire(self.core, req, found)
 
     @_locked
     def can_allocate(self, rid: int, num_tokens: int) -> bool:
         """True when `allocate(rid, num_tokens)` would succeed without evicting."""
         req = self._request(rid, "can_allocate")
-        counts, _, _ = alloc._needs(self.core, req, req.allocated, req.allocated + num_tokens)
-        return all(len(self.core.pools[p].free) >= n for p, n in counts.items())
+        count = self._count(req, "can_allocate", num_tokens, len(req.tokens) - req.allocated)
+        pages, blocks, points, _ = allocate.needs(self.core, req, req.allocated, req.allocated + count)
+        return allocate.fits(self.core, pages, blocks, points)
 
     @_locked
     def allocate(self, rid: int, num_tokens: int) -> Allocation:
-        """Pages and slot mappings for the next tokens; OutOfPages leaves everything as it was."""
-        return alloc.allocate(self.core, self._request(rid, "allocate"), num_tokens)
+        """Pages, slot mappings and the copy plan for the next tokens; OutOfPages leaves everything as it was."""
+        req = self._request(rid, "allocate")
+        count = self._count(req, "allocate", num_tokens, len(req.tokens) - req.allocated)
+        return allocate.allocate(self.core, req, count)
 
     @_locked
     def commit(self, rid: int, num_tokens: int) -> None:
         """The engine wrote `num_tokens` more tokens: publish what became complete."""
-        commit.commit(self.core, self._request(rid, "commit"), num_tokens)
+        req = self._request(rid, "commit")
+        count = self._count(req, "commit", num_tokens, req.allocated - req.computed)
+        self._no_plans(req, "commit")
+        commit.commit(self.core, req, count)
 
     @_locked
     def release(self, rid: int) -> None:
-        """End the request: unpin, free its private pages, forget it."""
-        release.release(self.core, self._request(rid, "release"))
+        """End the request: keep what the index can use, unpin, free its private pages, forget it."""
+        req = self._request(rid, "release")
+        self._no_plans(req, "release")
+        release.release(self.core, req)
 
     @_locked
     def evict(self, max_units: int | None = None) -> int:
         """Evict unpinned resume points and leaf blocks, LRU first; returns units evicted."""
+        if max_units is not None:
+            max_units = as_count("max_units", max_units)
         return evict.evict_all(self.core, max_units)
 
     @_locked
@@ -119,11 +154,113 @@ class CacheManager:
         req = self._request(rid, "request_tokens")
         return req.computed, req.allocated, len(req.tokens)
 
+    # ------------------------------------------------------------------ plans and executors
+
+    def bindings(self) -> tuple[PoolBinding, ...]:
+        """Every pool an executor allocates, in layout order, sized like its page pool (NULL page included)."""
+        core = self.core
+        return tuple(PoolBinding(spec=spec, pages=core.member[spec.name].spec.pages) for spec in core.layout.pools)
+
+    @_locked
+    def verify(self, plan: Plan) -> None:
+        """StaleLease unless every page `plan` reads is still the placement of the object at the version it
+        recorded (what an executor calls at launch, under this manager's lock)."""
+        for check in plan.checks():
+            pool = self.core.member.get(check.pool)
+            ok, found, state = pool.check_op(check.page, check.version) if pool else (False, -1, "NO_POOL")
+            if not ok:
+                raise StaleLease(pool=check.pool, page=check.page, expected_version=check.version,
+                                 found_version=found, request_id=plan.request_id, found_state=state)
+
+    @_locked
+    def complete(self, plan_id: int, completion: Completion) -> None:
+        """An executor finished plan `plan_id`: its copies' targets leave FILLING (copy_done, or copy_fail)."""
+        record = self.core.plans.pop(plan_id, None) if isinstance(plan_id, int) else None
+        if record is None:
+            raise UnknownPlan(plan_id=plan_id, action="complete")
+        event = Event.COPY_DONE if completion.ok else Event.COPY_FAIL
+        for lane, objs in record.fills:
+            pool = self.core.pools[lane]
+            pool.step(objs, pool.ev[event])
+        req = self.core.requests.by_rid.get(record.request_id)
+        if req is not None:
+            req.plans.discard(plan_id)
+            if not completion.ok:
+                req.failed_plan = plan_id
+
+    def subscribe(self, listener: Callable[[IndexEvent], None]) -> None:
+        """Call `listener` with every batch of blocks stored in or removed from the index."""
+        with self._lock:
+            self.core.index.subscribe(listener)
+
+    # ------------------------------------------------------------------ inspection (copies; for tests and tools)
+
+    @_locked
+    def pages(self, pool: str, which: ArrayLike | None = None) -> views.PageView:
+        """States, versions, leases, index references and owners of pages of `pool` (all when None)."""
+        return views.pages(self.core, pool, None if which is None else np.asarray(which))
+
+    @_locked
+    def free_pages(self, pool: str) -> int:
+        """Pages of `pool` free now."""
+        return views.free_pages(self.core, pool)
+
+    @_locked
+    def pinned(self, rid: int) -> dict[str, dict[int, int]]:
+        """Per pool: pages the request's lease lists, with the version each had when pinned."""
+        return views.pinned(self.core, self._request(rid, "pinned"))
+
+    @_locked
+    def owned(self, rid: int) -> dict[str, list[int]]:
+        """Per pool: pages whose objects the request owns (not yet published)."""
+        return views.owned(self.core, self._request(rid, "owned"))
+
+    @_locked
+    def tables(self, rid: int) -> dict[str, list[int]]:
+        """Per pool: the request's page table."""
+        return views.tables(self.core, self._request(rid, "tables"))
+
+    @_locked
+    def chain(self, rid: int) -> list[int]:
+        """Block ids of the request's chain in the index."""
+        return self._request(rid, "chain").chain.tolist()
+
+    @_locked
+    def index_counts(self) -> dict[str, int]:
+        """Blocks, resume points and keys in the index."""
+        return views.index_counts(self.core)
+
+    @_locked
+    def snapshot(self) -> tuple[object, ...]:
+        """A hashable fingerprint of the whole state (equal before and after a call that changed nothing)."""
+        return views.snapshot(self.core)
+
+    # ------------------------------------------------------------------ helpers
+
     def _request(self, rid: int, action: str) -> RequestState:
-        req = self.core.requests.get(rid)
+        req = self.core.requests.by_rid.get(rid) if isinstance(rid, int | np.integer) else None
         if req is None:
             raise UnknownRequest(request_id=rid, action=action)
         return req
+
+    def _count(self, req: RequestState, action: str, value: object, room: int) -> int:
+        """`value` as a token count in [1, room], else InvalidRequestState (nothing changes)."""
+        if isinstance(value, bool) or not isinstance(value, int | np.integer):
+            raise InvalidRequestState(request_id=req.rid, action=action,
+                                      reason=f"token count must be an integer, got {type(value).__name__} {value!r}")
+        count = int(value)
+        if not 1 <= count <= room:
+            raise InvalidRequestState(request_id=req.rid, action=action,
+                                      reason=f"{count} tokens exceed the {room} it can {action} now")
+        return count
+
+    def _no_plans(self, req: RequestState, action: str) -> None:
+        if req.plans:
+            raise InvalidRequestState(request_id=req.rid, action=action,
+                                      reason=f"copy plans {sorted(req.plans)} are still in flight: complete them first")
+        if req.failed_plan >= 0 and action == "commit":
+            raise InvalidRequestState(request_id=req.rid, action=action,
+                                      reason=f"copy plan {req.failed_plan} failed: release the request and retry")
 
     def _assert_invariants(self, action: str) -> None:
         broken = check_invariants(self)

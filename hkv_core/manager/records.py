@@ -1,10 +1,31 @@
-"""Records the manager hands to engines: hits with verdicts, leases, allocations, copy ops."""
+"""Records the manager hands to engines: hits with verdicts and allocations with their plan.
+
+Both are frozen, and their arrays are read-only: a Hit is evidence of what
+match saw (acquire re-derives its pages from the index and refuses one that
+differs), an Allocation is where the engine writes.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 import attrs
 import numpy as np
 from numpy.typing import NDArray
+
+from hkv_core.plan import CopyPages, Plan
+
+
+def frozen_array(array: NDArray[Any]) -> NDArray[Any]:
+    """`array` itself, made read-only (the caller hands over a fresh array)."""
+    array.setflags(write=False)
+    return array
+
+
+def _frozen_dict(value: dict[str, NDArray[Any]]) -> dict[str, NDArray[Any]]:
+    for array in value.values():
+        array.setflags(write=False)
+    return value
 
 
 @attrs.frozen(kw_only=True)
@@ -20,36 +41,29 @@ class Reason:
 class Hit:
     """The longest safe resume point of a request and why it is not longer.
 
-    `pages[pool]` / `versions[pool]` are the pages the hit needs and the
-    versions they had when checked; `acquire` refuses the hit if any moved.
+    `pages[pool]` / `versions[pool]` are the pages the hit reads and the
+    versions they had when checked; `block_ids` / `block_versions` the blocks
+    of the prefix; `point` / `point_version` the resume point it resumes at
+    (-1 when the layout needs none or the hit is empty).  `acquire` refuses
+    the hit if any of them moved, or if its pages are not what the index
+    says the point reads.
     """
 
     request_id: int
     tokens: int
     candidate_tokens: int
     reasons: tuple[Reason, ...]
-    block_ids: NDArray[np.int32]
-    pages: dict[str, NDArray[np.int32]]
-    versions: dict[str, NDArray[np.uint32]]
+    block_ids: NDArray[np.int32] = attrs.field(converter=frozen_array)
+    block_versions: NDArray[np.uint32] = attrs.field(converter=frozen_array)
+    pages: dict[str, NDArray[np.int32]] = attrs.field(converter=_frozen_dict)
+    versions: dict[str, NDArray[np.int64]] = attrs.field(converter=_frozen_dict)
     partial_copy: bool
+    point: int = -1
+    point_version: int = 0
 
     @property
     def codes(self) -> tuple[str, ...]:
         return tuple(r.code for r in self.reasons)
-
-
-@attrs.frozen(kw_only=True)
-class CopyPages:
-    """Copy the first `entries` entries of `src` into `dst` in one pool (copy-on-write).
-
-    `src_version` is the version the lease checked; executors refuse the op if it moved.
-    """
-
-    pool: str
-    src: int
-    dst: int
-    entries: int
-    src_version: int
 
 
 @attrs.frozen(kw_only=True)
@@ -63,14 +77,22 @@ class Allocation:
       per completed compressed entry).
     - `tail_pages[pool]`: the request's working compressor-tail page.
     - `snapshots[P][pool]`: the page to copy the tail rows into at boundary P.
-    - `copies`: copy-on-write ops to run before the forward pass.
+    - `plan`: the copies to run before the forward pass (copy-on-write of a
+      partial prefix page, seeding the working tail from the hit's
+      snapshot), issued with a plan id; None when there is nothing to copy.
+      Run it, then hand the completion to `CacheManager.complete`.
     """
 
     request_id: int
     start_tokens: int
     num_tokens: int
-    block_tables: dict[str, NDArray[np.int32]]
-    slots: dict[str, NDArray[np.int64]]
+    block_tables: dict[str, NDArray[np.int32]] = attrs.field(converter=_frozen_dict)
+    slots: dict[str, NDArray[np.int64]] = attrs.field(converter=_frozen_dict)
     tail_pages: dict[str, int]
     snapshots: dict[int, dict[str, int]]
-    copies: tuple[CopyPages, ...]
+    plan: Plan | None = None
+
+    @property
+    def copies(self) -> tuple[CopyPages, ...]:
+        """The plan's copy ops (empty without a plan)."""
+        return tuple(op for op in self.plan.ops if isinstance(op, CopyPages)) if self.plan else ()

@@ -17,8 +17,8 @@ from hkv_core.spec.records import SELF_DEST, InvariantSpec, KindSpec, LifecycleS
 from hkv_core.spec.toml_fields import TableReader, read_toml
 from hkv_core.spec_paths import specs_dir
 
-_META_KEYS = {"version", "device_kinds", "lease_events", "device_resident_states",
-              "frozen_states", "copy_states"}
+_META_KEYS = {"version", "device_kinds", "index_kinds", "lease_events", "reference_events",
+              "device_resident_states", "frozen_states", "copy_states", "indexable_states"}
 _KIND_KEYS = {"description", "initial", "final", "states", "transitions"}
 _EDGE_KEYS = {"source", "sources", "event", "dest", "guards", "effects"}
 
@@ -32,7 +32,7 @@ def load_lifecycle(path: Path | str | None = None) -> LifecycleSpec:
     """Load and fully validate a lifecycle spec (the shipped one by default)."""
     file_path = Path(path) if path is not None else default_lifecycle_path()
     root = TableReader(str(file_path), "", read_toml(file_path))
-    root.only({"meta", "kinds", "invariants"})
+    root.only({"meta", "kinds", "references", "invariants"})
     kinds_table = root.sub("kinds")
     kinds = {str(name): _load_kind(kinds_table.sub(str(name)), str(name)) for name in kinds_table.data}
     if not kinds:
@@ -40,18 +40,33 @@ def load_lifecycle(path: Path | str | None = None) -> LifecycleSpec:
     meta = root.sub("meta")
     meta.only(_META_KEYS)
     all_states = {s for k in kinds.values() for s in k.states}
+    all_events = {e for k in kinds.values() for e in k.events}
+    device_kinds = _known(meta, "device_kinds", set(kinds))
+    index_kinds = _known(meta, "index_kinds", set(kinds) - set(device_kinds))
     spec = LifecycleSpec(
         source=str(file_path),
         version=meta.int_("version", minimum=1),
-        device_kinds=_known(meta, "device_kinds", set(kinds)),
-        lease_events=frozenset(_known(meta, "lease_events", {e for k in kinds.values() for e in k.events})),
+        device_kinds=device_kinds,
+        index_kinds=index_kinds,
+        lease_events=frozenset(_known(meta, "lease_events", all_events)),
+        reference_events=frozenset(_known(meta, "reference_events", all_events)),
         device_resident_states=frozenset(_known(meta, "device_resident_states", all_states)),
         frozen_states=frozenset(_known(meta, "frozen_states", all_states)),
         copy_states=frozenset(_known(meta, "copy_states", all_states)),
+        indexable_states=frozenset(_known(meta, "indexable_states", all_states)),
+        references=_load_references(root.sub("references"), index_kinds, device_kinds),
         kinds=MappingProxyType(kinds),
         invariants=_load_invariants(root.sub("invariants")),
     )
     return spec
+
+
+def _load_references(table: TableReader, index_kinds: tuple[str, ...],
+                     device_kinds: tuple[str, ...]) -> MappingProxyType[str, tuple[str, ...]]:
+    """Which device kinds each index kind refers to: one entry per index kind, device kinds only."""
+    table.only(set(index_kinds))
+    refs = {kind: _known(table, kind, set(device_kinds)) for kind in index_kinds}
+    return MappingProxyType(refs)
 
 
 def _known(table: TableReader, key: str, universe: set[str]) -> tuple[str, ...]:

@@ -61,10 +61,14 @@ class LifecycleSpec:
     source: str
     version: int
     device_kinds: tuple[str, ...]
+    index_kinds: tuple[str, ...]
     lease_events: frozenset[str]
+    reference_events: frozenset[str]
     device_resident_states: frozenset[str]
     frozen_states: frozenset[str]
     copy_states: frozenset[str]
+    indexable_states: frozenset[str]
+    references: Mapping[str, tuple[str, ...]]  # index kind -> the device kinds it refers to
     kinds: Mapping[str, KindSpec]
     invariants: tuple[InvariantSpec, ...]
 
@@ -74,5 +78,5 @@ class LifecycleSpec:
 
     @property
     def record_kinds(self) -> tuple[str, ...]:
-        """Kinds that are not device kinds (the disk prefix record)."""
-        return tuple(k for k in self.kinds if k not in self.device_kinds)
+        """Kinds that are neither device nor index kinds (the disk prefix record)."""
+        return tuple(k for k in self.kinds if k not in self.device_kinds and k not in self.index_kinds)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import attrs
 
-from hkv_core.errors import IllegalTransition
+from hkv_core.errors import IllegalTransition, SpecError
 from hkv_core.spec.guards import GUARDS, Guard, GuardView, first_refusing
 from hkv_core.spec.records import KindSpec, LifecycleSpec
 
@@ -35,6 +35,27 @@ class KindTable:
     event_index: dict[str, int]
     initial: int
     rows: tuple[tuple[Compiled | None, ...], ...]
+    source: str = "<spec>"
+
+    def event_id(self, event: str) -> int:
+        """The index of `event` (an `Event`); SpecError when this kind has no such event."""
+        found = self.event_index.get(event)
+        if found is None:
+            raise SpecError(f"the code fires event {event!r}, which this kind does not declare",
+                            file=self.source, table=f"kinds.{self.kind}", key="transitions")
+        return found
+
+    def state_id(self, state: str) -> int:
+        """The index of `state` (a `State`); SpecError when this kind has no such state."""
+        found = self.state_index.get(state)
+        if found is None:
+            raise SpecError(f"the code names state {state!r}, which this kind does not declare",
+                            file=self.source, table=f"kinds.{self.kind}", key="states")
+        return found
+
+    def states_mask(self, names: frozenset[str]) -> tuple[bool, ...]:
+        """Per state index: is the state one of `names`."""
+        return tuple(s in names for s in self.states)
 
     def edge(self, state: int, event: int) -> Compiled | None:
         """The edge for (state, event) or None when the spec has none."""
@@ -54,7 +75,7 @@ class KindTable:
         return edge
 
 
-def compile_kind(kind: KindSpec) -> KindTable:
+def compile_kind(kind: KindSpec, source: str = "<spec>") -> KindTable:
     """Compile one kind's transitions into an indexed table."""
     states, events = kind.states, kind.events
     s_index = {s: i for i, s in enumerate(states)}
@@ -67,9 +88,9 @@ def compile_kind(kind: KindSpec) -> KindTable:
             guards=tuple(GUARDS[g] for g in t.guards), effects=t.effects)
     return KindTable(kind=kind.name, states=states, events=events, state_index=s_index,
                      event_index=e_index, initial=s_index[kind.initial],
-                     rows=tuple(tuple(r) for r in rows))
+                     rows=tuple(tuple(r) for r in rows), source=source)
 
 
 def compile_lifecycle(spec: LifecycleSpec) -> dict[str, KindTable]:
     """Compile every kind of the spec."""
-    return {name: compile_kind(kind) for name, kind in spec.kinds.items()}
+    return {name: compile_kind(kind, spec.source) for name, kind in spec.kinds.items()}

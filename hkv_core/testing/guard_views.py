@@ -1,4 +1,10 @@
-"""A GuardView whose answers are set directly (for lockstep and table tests)."""
+"""A GuardView whose answers are set directly (for lockstep and table tests).
+
+`permissive()` and `refusing()` answer every question the two opposite ways:
+each guard passes on one and refuses on the other (a guard and its negation,
+such as `held` / `unheld`, split between them), so a walk over both views
+takes every guarded edge both ways.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +24,13 @@ class FixedView:
     durable: bool = True
     source_complete: bool = True
     dependents: int = 0
+    held_by: int = 0  # index references on the object
+    rows: int = 1  # rows written
+    parent: bool = True  # the block's parent is INDEXED (or it is a root)
+    child_count: int = 0  # INDEXED blocks whose parent it is
+    tail: bool = False  # a live request's chain ends at the block
+    point: bool = False  # a KEPT resume point sits on the block
+    block: bool = True  # the resume point's block is INDEXED
 
     def slot_available(self) -> bool:
         return self.slot_free
@@ -45,3 +58,36 @@ class FixedView:
 
     def disk_dependents(self) -> int:
         return self.dependents
+
+    def holders(self) -> int:
+        return self.held_by
+
+    def rows_written(self) -> int:
+        return self.rows
+
+    def parent_indexed(self) -> bool:
+        return self.parent
+
+    def children(self) -> int:
+        return self.child_count
+
+    def chain_tail(self) -> bool:
+        return self.tail
+
+    def has_point(self) -> bool:
+        return self.point
+
+    def block_indexed(self) -> bool:
+        return self.block
+
+
+def permissive() -> FixedView:
+    """The answers under which every positive guard passes (free slot, owner, unpinned, unheld, indexed ...)."""
+    return FixedView()
+
+
+def refusing() -> FixedView:
+    """The opposite answer to every question of `permissive()`."""
+    return FixedView(slot_free=False, owner=False, full=False, leased_by_me=True, leases=1, copying=True,
+                     durable=False, source_complete=False, dependents=1, held_by=1, rows=0, parent=False,
+                     child_count=1, tail=True, point=True, block=False)

@@ -92,7 +92,7 @@ def run_demo(cfg: WorkloadConfig, *, fault: Fault = Fault.NONE, limits: dict[str
 
 
 def _report(engine: Engine, rows: list[RequestRow], seconds: float, fault: Fault) -> DemoReport:
-    s, tally, core_stats = engine.stats, engine.executor.tally, engine.manager.core.stats
+    s, tally, core_stats = engine.stats, engine.executor.tally, engine.manager.stats
     validation: dict[str, dict[str, int]] = {}
     for (layer, code), n in sorted(s.reasons.items()):
         validation.setdefault(layer, {})[code] = n

@@ -26,10 +26,8 @@ import attrs
 import numpy as np
 from numpy.typing import ArrayLike
 
-from hkv_core.executor import bindings_for, versions_for
 from hkv_core.layout import Layout, load_preset_config
 from hkv_core.manager import Allocation, CacheManager, Hit, ManagerConfig
-from hkv_core.plan import Plan
 from hkv_exec_ref.engine import state_io
 from hkv_exec_ref.engine.results import ServeResult, cached_by_kind
 from hkv_exec_ref.executor import RefExecutor
@@ -65,7 +63,7 @@ class Engine:
         self.config: Config = model.config
         self.layout: Layout = manager.layout
         self.routes = state_io.routes(self.layout, self.config)
-        self.addresses = executor.bind(bindings_for(manager), versions_for(manager))
+        self.addresses = executor.bind(manager.bindings(), manager)
         self.faults, self.check_states = faults, check_states
         self.max_step_tokens = self.config.window_tokens - 1
         self.stats = EngineStats()
@@ -158,7 +156,8 @@ class Engine:
         """allocate -> copies -> forward in sub-chunks (state from the pools each time) -> commit."""
         n = len(tokens)
         alloc = self.manager.allocate(rid, n)
-        self.executor.run(Plan(ops=alloc.copies, request_id=rid, label=f"allocate {alloc.start_tokens}+{n}"))
+        if alloc.plan is not None:
+            self.manager.complete(alloc.plan.plan_id, self.executor.run(alloc.plan))
         if alloc.start_tokens == 0:
             state_io.write_initial_tails(self.executor, self.routes, alloc, self.model.empty_state())
         outs = []

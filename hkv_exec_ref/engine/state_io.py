@@ -26,7 +26,8 @@ from numpy.typing import NDArray
 
 from hkv_core.executor import Executor
 from hkv_core.layout import EntryKind, Layout, ObjectKind, PoolSpec
-from hkv_core.manager import NULL_PAGE, Allocation
+from hkv_core.manager import Allocation
+from hkv_core.units import NULL_PAGE
 from hkv_exec_ref.tiny_v4 import Config, LayerState, ModelState, TailRows
 from hkv_exec_ref.tiny_v4.state import tail_start, window_start
 

@@ -1,96 +1,180 @@
 """The model checker explores the shipped spec cleanly and catches every broken variant."""
 
+import functools
 from pathlib import Path
 
+import attrs
 import pytest
 
-from hkv_core.checker import CheckConfig, check
+from hkv_core.checker import CheckConfig, CheckResult, check
 from hkv_core.checker.effects import EFFECTS
+from hkv_core.checker.explore import Explorer, Parents, seed_worlds
 from hkv_core.checker.invariants import INVARIANTS
 from hkv_core.spec import load_lifecycle
 from hkv_core.spec.guards import GUARDS
-from hkv_core.spec.names import EFFECT_NAMES, GUARD_NAMES, INVARIANT_NAMES
+from hkv_core.spec.names import EFFECT_NAMES, GUARD_NAMES, INVARIANT_NAMES, State
 from hkv_core.testing.spec_mutation import mutated_spec
 
 
 def test_registries_match_the_names_a_spec_may_use() -> None:
-    from hkv_core.manager import invariants as live_invariants
-    from hkv_core.manager import pools
-
+    # manager registries: checked in tests/core/test_manager_registries.py
     assert set(GUARDS) == GUARD_NAMES
-    assert set(EFFECTS) == EFFECT_NAMES == set(pools.EFFECTS)  # the checker and the manager apply the same
-    assert set(INVARIANTS) == INVARIANT_NAMES == set(live_invariants.INVARIANTS)
+    assert set(EFFECTS) == EFFECT_NAMES
+    assert set(INVARIANTS) == INVARIANT_NAMES
 
 
 def test_default_bound_is_clean_and_large() -> None:
     result = check(load_lifecycle())
-    assert result.states_explored >= 10_000
+    assert result.states_explored >= 100_000
     assert result.transitions_explored >= result.states_explored - 1
     assert result.invariants_checked == result.states_explored * len(INVARIANT_NAMES)
     assert not result.truncated
     assert result.violations == ()
 
 
-SMALL = CheckConfig(prefixes=1, requests=2, device_slots=4, max_depth=3)
-DEEP = CheckConfig(prefixes=1, requests=1, device_slots=4, max_depth=6)
+def test_lease_events_are_split_by_their_effects() -> None:
+    topo = Explorer(load_lifecycle(), CheckConfig()).topo
+    assert topo.acquiring_events == ("pin", "publish_pinned")
+    assert topo.releasing_events == ("unpin",)
+
+
+def test_seeds_publish_index_and_hold_through_real_transitions() -> None:
+    spec = load_lifecycle()
+    explorer = Explorer(spec, CheckConfig())
+    topo, parent = explorer.topo, Parents()
+    seeds = seed_worlds(explorer, parent)
+    assert len(seeds) == 1 + 2 * topo.config.seeded_prefixes
+    last = seeds[-1]
+    for p in range(topo.config.prefixes):
+        assert topo.state_name(last, topo.block_of_prefix[p]) == State.INDEXED
+        assert topo.state_name(last, topo.point_of_prefix[p]) == State.KEPT
+        for s in topo.device_of_prefix[p]:
+            assert topo.state_name(last, s) == State.PUBLISHED and last.segs[s].holders == 1
+    staged = seeds[1]
+    assert all(topo.state_name(staged, s) == State.READY for s in topo.device_of_prefix[0])
+    assert all(INVARIANTS[name](topo, seed) is None for seed in seeds for name in INVARIANTS)
+
+
+def _cfg(**changes: int) -> CheckConfig:
+    return attrs.evolve(CheckConfig(prefixes=1, requests=2, device_slots=4, max_depth=3, seeded_prefixes=1),
+                        **changes)
+
+
+SMALL = _cfg()
+DEEP = _cfg(requests=1, max_depth=6)
+CHAIN = CheckConfig(prefixes=2, requests=1, device_slots=8, max_depth=2, seeded_prefixes=2)
+ROOTS = CheckConfig(prefixes=2, requests=1, device_slots=8, max_depth=2, seeded_prefixes=0)
 CKV_OFFLOAD = '{ source = "PUBLISHED", event = "offload", dest = "OFFLOADING", guards = ["unpinned"], '
 DRAFT = '{ source = "FREE", event = "reserve_draft", dest = "DRAFT", guards = ["slot_available"], ' \
         'effects = ["take_slot", "set_owner"] },'
 WRITE = '{ sources = ["RESERVED", "DRAFT"], event = "write", dest = "=", guards = ["is_owner", ' \
         '"rows_not_full"], effects = ["append_row"] },'
 DELETE_GUARDS = 'guards = ["unpinned", "no_disk_dependents"]'
+EVICT = 'event = "evict", dest = "FREE", guards = ["unpinned", "unheld"]'
+BLOCK_DROP = 'guards = ["no_children", "not_chain_tail", "no_point"], effects = ["drop_references", '
 
-# (name, old, new, invariant it must break, config)
+
+@attrs.frozen
+class Broken:
+    """A broken spec variant: `old` -> `new` in the first `count` places; the invariant it must break."""
+
+    name: str
+    old: str
+    new: str
+    invariant: str
+    config: CheckConfig
+    count: int = 1
+
+
 BROKEN = [
-    ("evict a pinned page", 'event = "evict", dest = "FREE", guards = ["unpinned"]',
-     'event = "evict", dest = "FREE", guards = []', "pinned_never_freed", SMALL),
-    ("offload without a copy pin", CKV_OFFLOAD + 'effects = ["pin_copy"] }', CKV_OFFLOAD + "effects = [] }",
-     "copy_endpoints_pinned", SMALL),
-    ("retire bumps a leased window", 'event = "retire", dest = "RETIRED", guards = [], effects = []',
-     'event = "retire", dest = "RETIRED", guards = [], effects = ["bump_version"]',
-     "lease_versions_current", SMALL),
-    ("offload a leased page", CKV_OFFLOAD, '{ source = "PUBLISHED", event = "offload", dest = "OFFLOADING", '
-     "guards = [], ", "lease_covers_object_set", SMALL),
-    ("lease a draft", DRAFT, DRAFT + '\n  { source = "DRAFT", event = "pin", dest = "=", guards = [], '
-     'effects = ["add_lease"] },', "draft_isolation", SMALL),
-    ("write_done before all rows", 'event = "write_done", dest = "READY", guards = ["is_owner", "rows_full"]',
-     'event = "write_done", dest = "READY", guards = ["is_owner"]', "publish_only_when_complete", SMALL),
-    ("write into a published page", WRITE, '{ sources = ["RESERVED", "DRAFT", "PUBLISHED"], event = "write", '
-     'dest = "=", guards = [], effects = ["append_row"] },', "immutable_when_frozen", SMALL),
-    ("reserve without an owner", 'event = "reserve", dest = "RESERVED", guards = ["slot_available"], '
-     'effects = ["take_slot", "set_owner"]', 'event = "reserve", dest = "RESERVED", '
-     'guards = ["slot_available"], effects = ["take_slot"]', "slot_single_owner", SMALL),
-    ("reject leaks its slot", '"clear_owner", "free_slot", "bump_version"', '"clear_owner", "bump_version"',
-     "no_slot_leak", SMALL),
-    ("unpin keeps the lease", 'event = "unpin", dest = "=", guards = ["leased_by_actor"], '
-     'effects = ["drop_lease"]', 'event = "unpin", dest = "=", guards = ["leased_by_actor"], effects = []',
-     "refcount_matches_leases", SMALL),
-    ("delete a record still needed", DELETE_GUARDS, 'guards = ["unpinned"]', "disk_copy_durable", DEEP),
-    ("checksum failure not quarantined", 'effects = ["unpin_copy", "quarantine"]', 'effects = ["unpin_copy"]',
-     "disk_copy_durable", DEEP),
+    # the device kinds' lifecycles and leases
+    Broken("evict a pinned page", EVICT, 'event = "evict", dest = "FREE", guards = ["unheld"]',
+           "pinned_never_freed", SMALL),
+    Broken("offload without a copy pin", CKV_OFFLOAD + 'effects = ["pin_copy"] }', CKV_OFFLOAD + "effects = [] }",
+           "copy_endpoints_pinned", SMALL),
+    Broken("retire bumps a leased window", 'event = "retire", dest = "RETIRED", guards = ["unheld"], effects = []',
+           'event = "retire", dest = "RETIRED", guards = ["unheld"], effects = ["bump_version"]',
+           "lease_versions_current", SMALL),
+    Broken("offload a leased page", CKV_OFFLOAD, '{ source = "PUBLISHED", event = "offload", dest = "OFFLOADING", '
+           "guards = [], ", "lease_covers_object_set", SMALL),
+    Broken("lease a draft", DRAFT, DRAFT + '\n  { source = "DRAFT", event = "pin", dest = "=", guards = [], '
+           'effects = ["add_lease"] },', "draft_isolation", DEEP, count=4),
+    Broken("write_done before all rows", 'event = "write_done", dest = "READY", guards = ["is_owner", "rows_full"]',
+           'event = "write_done", dest = "READY", guards = ["is_owner"]', "publish_only_when_complete", SMALL),
+    Broken("seal an empty object", 'event = "seal", dest = "READY", guards = ["is_owner", "has_rows"], '
+           'effects = ["seal_rows"]', 'event = "seal", dest = "READY", guards = ["is_owner"], effects = []',
+           "publish_only_when_complete", _cfg(rows_per_segment=2)),
+    Broken("write into a published page", WRITE, '{ sources = ["RESERVED", "DRAFT", "PUBLISHED"], event = "write", '
+           'dest = "=", guards = [], effects = ["append_row"] },', "immutable_when_frozen", SMALL),
+    Broken("reserve without an owner", 'event = "reserve", dest = "RESERVED", guards = ["slot_available"], '
+           'effects = ["take_slot", "set_owner"]', 'event = "reserve", dest = "RESERVED", '
+           'guards = ["slot_available"], effects = ["take_slot"]', "slot_single_owner", SMALL),
+    Broken("reject leaks its slot", '"clear_owner", "free_slot", "bump_version"', '"clear_owner", "bump_version"',
+           "no_slot_leak", SMALL),
+    Broken("unpin keeps the lease", 'event = "unpin", dest = "=", guards = ["leased_by_actor"], '
+           'effects = ["drop_lease"]', 'event = "unpin", dest = "=", guards = ["leased_by_actor"], effects = []',
+           "refcount_matches_leases", SMALL),
+    Broken("delete a record still needed", DELETE_GUARDS, 'guards = ["unpinned"]', "disk_copy_durable", DEEP),
+    Broken("checksum failure not quarantined", 'effects = ["unpin_copy", "quarantine"]', 'effects = ["unpin_copy"]',
+           "disk_copy_durable", DEEP),
+    # the prefix index and its references
+    Broken("hold without add_holder", 'event = "hold", dest = "=", guards = [], effects = ["add_holder"]',
+           'event = "hold", dest = "=", guards = [], effects = []', "references_counted", SMALL),
+    Broken("drop a block keeping its references", BLOCK_DROP,
+           'guards = ["no_children", "not_chain_tail", "no_point"], effects = [', "references_counted", SMALL),
+    Broken("block drop keeps its row", '"drop_references", "free_row", "bump_version"',
+           '"drop_references", "bump_version"', "no_slot_leak", SMALL),
+    Broken("evict a referenced page", EVICT, 'event = "evict", dest = "FREE", guards = ["unpinned"]',
+           "referenced_objects_indexable", SMALL),
+    Broken("drop a block under a kept point", BLOCK_DROP,
+           'guards = ["no_children", "not_chain_tail"], effects = ["drop_references", ', "index_closed", SMALL),
+    Broken("keep a point without its block", 'event = "keep", dest = "KEPT", guards = ["block_indexed"]',
+           'event = "keep", dest = "KEPT", guards = []', "index_closed", SMALL),
+    Broken("drop a parent block", BLOCK_DROP,
+           'guards = ["not_chain_tail", "no_point"], effects = ["drop_references", ', "index_closed", CHAIN),
+    Broken("index a block before its parent", 'event = "index", dest = "INDEXED", guards = ["parent_indexed"]',
+           'event = "index", dest = "INDEXED", guards = []', "index_closed", ROOTS),
+    Broken("drop a live chain's tail", BLOCK_DROP,
+           'guards = ["no_children", "no_point"], effects = ["drop_references", ', "live_chains_indexed", SMALL),
 ]
 
 
-@pytest.mark.parametrize(("name", "old", "new", "invariant", "config"), BROKEN, ids=[b[0] for b in BROKEN])
-def test_broken_spec_variant_is_caught_with_a_trace(
-        tmp_path: Path, name: str, old: str, new: str, invariant: str, config: CheckConfig) -> None:
-    clean = check(load_lifecycle(), config)
-    assert clean.violations == (), "the unbroken spec must pass the same bound"
-    result = check(load_lifecycle(mutated_spec(tmp_path, old, new)), config)
+@functools.cache
+def _clean(config: CheckConfig) -> CheckResult:
+    return check(load_lifecycle(), config)
+
+
+@pytest.mark.parametrize("broken", BROKEN, ids=[b.name for b in BROKEN])
+def test_broken_spec_variant_is_caught_with_a_trace(tmp_path: Path, broken: Broken) -> None:
+    assert _clean(broken.config).violations == (), "the unbroken spec must pass the same bound"
+    path = mutated_spec(tmp_path, broken.old, broken.new, broken.count)
+    result = check(load_lifecycle(path), broken.config)
     found = {v.invariant: v for v in result.violations}
-    assert invariant in found, (name, sorted(found))
-    assert found[invariant].trace, "a violation comes with the trace that reaches it"
+    assert broken.invariant in found, (broken.name, sorted(found))
+    assert found[broken.invariant].trace, "a violation comes with the trace that reaches it"
 
 
 def test_broken_evict_trace_is_shortest_and_ends_with_the_evict(tmp_path: Path) -> None:
-    path = mutated_spec(tmp_path, 'event = "evict", dest = "FREE", guards = ["unpinned"]',
-                        'event = "evict", dest = "FREE", guards = []')
+    path = mutated_spec(tmp_path, EVICT, 'event = "evict", dest = "FREE", guards = ["unheld"]')
     result = check(load_lifecycle(path), SMALL)
     trace = {v.invariant: v for v in result.violations}["pinned_never_freed"].trace
-    assert trace[-2].startswith("acquire(") and trace[-1].startswith("evict(")
-    assert len(trace) == 4 * 4 + 2  # publish four kinds (4 events each), acquire, evict
+    # stage four kinds (reserve, write, write_done each), index the block before anything is
+    # published (it holds nothing yet), publish and pin atomically, evict the unheld pinned page
+    assert len(trace) == 4 * 3 + 3
+    assert trace[-3] == "index(p0.block)"
+    assert trace[-2].startswith("publish_pinned(p0.*") and trace[-1].startswith("evict(p0.compressed_kv")
+
+
+def test_reference_drop_is_all_or_nothing(tmp_path: Path) -> None:
+    """With `unhold` gone from one referenced kind, no entry holding it can ever be dropped."""
+    path = mutated_spec(tmp_path, '{ sources = ["PUBLISHED", "OFFLOADING", "ON_HOST", "ON_DISK", "LOADING"], '
+                        'event = "unhold", dest = "=", guards = ["held"], effects = ["drop_holder"] },', "")
+    explorer = Explorer(load_lifecycle(path), SMALL)
+    seed = seed_worlds(explorer, Parents())[-1]
+    labels = {head for (head, _), _ in explorer.successors(seed)}
+    assert "drop(p0.resume_point" in labels and "drop(p0.block" not in labels
 
 
 def test_every_invariant_is_shown_able_to_fail() -> None:
-    shown = {b[3] for b in BROKEN}
+    shown = {b.invariant for b in BROKEN}
     assert shown == INVARIANT_NAMES

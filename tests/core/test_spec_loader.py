@@ -9,14 +9,20 @@ from hkv_core.spec import load_lifecycle
 from hkv_core.spec.names import EFFECT_NAMES, GUARD_NAMES, INVARIANT_NAMES
 from hkv_core.testing.spec_mutation import mutated_spec
 
-EVICT = '{ source = "PUBLISHED", event = "evict", dest = "FREE", guards = ["unpinned"]'
+EVICT = '{ source = "PUBLISHED", event = "evict", dest = "FREE", guards = ["unpinned", "unheld"]'
+RESUME_REFS = 'resume_point = ["swa_window", "compressor_tail"]'
 
 
-def test_shipped_spec_loads_with_five_kinds() -> None:
+def test_shipped_spec_loads_with_seven_kinds() -> None:
     spec = load_lifecycle()
     assert list(spec.kinds) == ["compressed_kv", "compressor_tail", "swa_window",
-                                "indexer_state", "disk_prefix"]
+                                "indexer_state", "disk_prefix", "block", "resume_point"]
     assert spec.record_kinds == ("disk_prefix",)
+    assert spec.index_kinds == ("block", "resume_point")
+    assert dict(spec.references) == {"block": ("compressed_kv", "indexer_state"),
+                                     "resume_point": ("swa_window", "compressor_tail")}
+    assert spec.reference_events == {"hold", "unhold"}
+    assert spec.lease_events == {"pin", "unpin", "publish_pinned"}
     assert {i.name for i in spec.invariants} == INVARIANT_NAMES
     for kind in spec.kinds.values():
         for t in kind.transitions:
@@ -30,8 +36,8 @@ def test_spec_covers_lifecycle_failure_rows() -> None:
 
 CASES = [
     # (old, new, table fragment, key, message fragment)
-    ('{ source = "READY", event = "publish", dest = "PUBLISHED"',
-     '{ source = "READY", event = "publish", dest = "PUBLISHD"', "transitions[", "dest", "unknown state"),
+    ('event = "publish", dest = "PUBLISHED"', 'event = "publish", dest = "PUBLISHD"', "transitions[", "dest",
+     "unknown state"),
     ('{ source = "FREE", event = "reserve", dest = "RESERVED"',
      '{ source = "FRE", event = "reserve", dest = "RESERVED"', "transitions[", "source", "unknown state"),
     ('event = "write_done", dest = "READY"', 'event = "write", dest = "READY"', "transitions[", "event",
@@ -45,9 +51,22 @@ CASES = [
     ('states = ["ABSENT", "WRITING"', 'states = ["ABSENT", "LIMBO", "WRITING"', "kinds.disk_prefix",
      "states", "unreachable"),
     ('failure = "F2"', 'failure = "two"', "invariants.", "failure", "FAILURES.md row"),
-    ("[meta]\nversion = 1", "[meta]\nversion = 1\nversoin = 2", "meta", "versoin", "unknown key"),
-    ('lease_events = ["pin", "unpin"]', 'lease_events = ["pin", "grab"]', "meta", "lease_events",
+    ("[meta]\nversion = 2", "[meta]\nversion = 2\nversoin = 2", "meta", "versoin", "unknown key"),
+    ('lease_events = ["pin", "unpin", "publish_pinned"]', 'lease_events = ["pin", "grab", "publish_pinned"]',
+     "meta", "lease_events", "unknown name"),
+    # the prefix index: its kinds, its events and what each kind refers to
+    ('index_kinds = ["block", "resume_point"]', 'index_kinds = ["block", "resume_pont"]', "meta", "index_kinds",
      "unknown name"),
+    ('index_kinds = ["block", "resume_point"]', 'index_kinds = ["block", "compressed_kv"]', "meta", "index_kinds",
+     "unknown name"),  # a device kind is not an index kind
+    ('reference_events = ["hold", "unhold"]', 'reference_events = ["hold", "unhld"]', "meta",
+     "reference_events", "unknown name"),
+    (RESUME_REFS, RESUME_REFS + '\nchunk = ["swa_window"]', "references", "chunk", "unknown key"),
+    ('block = ["compressed_kv", "indexer_state"]', 'block = ["compressed_kv", "disk_prefix"]', "references",
+     "block", "unknown name"),  # a record kind is not a device kind
+    ('block = ["compressed_kv", "indexer_state"]', 'block = ["compressed_kv", "resume_point"]', "references",
+     "block", "unknown name"),  # nor is an index kind
+    (RESUME_REFS, "", "references", "resume_point", "missing required key"),
 ]
 
 

@@ -8,10 +8,11 @@ from hypothesis import strategies as st
 
 from hkv_core.errors import IllegalTransition
 from hkv_core.spec import compile_lifecycle, load_lifecycle
+from hkv_core.spec.guards import GUARDS
 from hkv_core.spec.oracle import OracleModel, build_machine, oracle_step
 from hkv_core.spec.records import KindSpec
 from hkv_core.spec.table import KindTable
-from hkv_core.testing.guard_views import FixedView
+from hkv_core.testing.guard_views import FixedView, permissive, refusing
 
 SPEC = load_lifecycle()
 TABLES = compile_lifecycle(SPEC)
@@ -36,8 +37,18 @@ def oracle_outcome(kind: KindSpec, state: str, event: str, view: FixedView) -> s
         return f"illegal:{err.guard}"
 
 
-VIEWS = [FixedView(), FixedView(slot_free=False, owner=False, full=False, leased_by_me=True, leases=1,
-                                copying=True, durable=False, source_complete=False, dependents=1)]
+VIEWS = [permissive(), refusing()]
+
+
+def test_the_two_views_split_every_guard() -> None:
+    """Each guard passes on exactly one of the two views, so the walk below takes every guarded edge both ways."""
+    for name, guard in GUARDS.items():
+        assert [bool(guard(view)) for view in VIEWS].count(True) == 1, name
+
+
+def test_walk_covers_every_kind() -> None:
+    assert set(SPEC.kinds) == set(SPEC.device_kinds) | set(SPEC.index_kinds) | set(SPEC.record_kinds)
+    assert {"block", "resume_point"} <= set(SPEC.index_kinds)
 
 
 @pytest.mark.parametrize("kind_name", list(SPEC.kinds))
@@ -45,12 +56,16 @@ def test_every_state_event_pair_agrees(kind_name: str) -> None:
     kind, table = SPEC.kind(kind_name), TABLES[kind_name]
     pairs = list(itertools.product(kind.states, kind.events))
     assert len(pairs) == len(table.states) * len(table.events)
-    legal = 0
+    legal, refused = 0, set[str]()
     for (state, event), view in itertools.product(pairs, VIEWS):
         got, want = table_outcome(table, state, event, view), oracle_outcome(kind, state, event, view)
         assert got == want, (kind_name, state, event, view)
         legal += not got.startswith("illegal")
+        if got.startswith("illegal:"):
+            refused.add(got.removeprefix("illegal:"))
     assert legal > 0
+    first_guards = {t.guards[0] for t in kind.transitions if t.guards}
+    assert first_guards <= refused, "every edge's first guard is seen refusing"
 
 
 def test_illegal_transition_carries_fields() -> None:
@@ -65,7 +80,9 @@ def test_illegal_transition_carries_fields() -> None:
 
 views = st.builds(FixedView, slot_free=st.booleans(), owner=st.booleans(), full=st.booleans(),
                   leased_by_me=st.booleans(), leases=st.integers(0, 2), copying=st.booleans(),
-                  durable=st.booleans(), source_complete=st.booleans(), dependents=st.integers(0, 1))
+                  durable=st.booleans(), source_complete=st.booleans(), dependents=st.integers(0, 1),
+                  held_by=st.integers(0, 2), rows=st.integers(0, 2), parent=st.booleans(),
+                  child_count=st.integers(0, 1), tail=st.booleans(), point=st.booleans(), block=st.booleans())
 
 
 @given(kind_name=st.sampled_from(list(SPEC.kinds)), data=st.data())

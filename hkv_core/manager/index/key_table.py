@@ -8,8 +8,8 @@ before its arena row is recycled.  The key column is read afresh on every
 call, because the arena reallocates it when it grows.
 
 Linear probing from the home slot `lo & (capacity - 1)`, power-of-two
-capacity, load kept at most 1/2 (the table doubles before an insert would pass
-it).  Removal is backward-shift deletion rather than tombstones: the entries
+capacity fixed at construction (hkv_core/manager/limits.py sizes it so the
+block table's rows never fill it past 2/3).  Removal is backward-shift deletion rather than tombstones: the entries
 after the hole move back while each stays at or after its home slot, so probe
 chains stay as short as a fresh table's under any insert/evict churn, a lookup
 always stops at the first empty slot, and no same-capacity rehash is needed.
@@ -40,7 +40,7 @@ from numpy.typing import NDArray
 EMPTY = -1
 PENDING = -2  # a probe round's verdict for a key whose window holds neither it nor an empty slot
 MIN_CAPACITY = 1024
-MAX_LOAD_NUM, MAX_LOAD_DEN = 1, 2
+MAX_LOAD_NUM, MAX_LOAD_DEN = 2, 3
 WINDOW_SLOTS = 8  # slots a round reads per key once at most BULK_KEYS keys are pending
 BULK_KEYS = 2048
 SCALAR_KEYS = 8  # pending keys at or below this count finish in a Python loop
@@ -132,15 +132,11 @@ class KeyTable:
         """Add one key (absent by contract; `source.key[block_id]` holds it)."""
         self.insert_many(np.array([[hi, lo]], np.uint64), np.array([block_id], np.int32))
 
-    def insert_many(self, keys: NDArray[np.uint64], ids: NDArray[np.int32]) -> None:
+    def insert_many(self, keys: NDArray[np.uint64], ids: NDArray[np.integer]) -> None:
         """Add distinct, absent keys (shape (n, 2)); `source.key[ids]` already holds them."""
         assert len(keys) == len(ids) and (not len(ids) or int(ids.min()) >= 0)
-        capacity = len(self.ids)
-        while (self.count + len(keys)) * MAX_LOAD_DEN > capacity * MAX_LOAD_NUM:
-            capacity *= 2
-        if capacity != len(self.ids):
-            self._rehash(capacity)
-        self._place(keys[:, 1], ids)
+        assert (self.count + len(keys)) * MAX_LOAD_DEN <= len(self.ids) * MAX_LOAD_NUM, "capacity is fixed"
+        self._place(keys[:, 1], ids.astype(np.int32, copy=False))
 
     def _place(self, lo: NDArray[np.uint64], ids: NDArray[np.int32]) -> None:
         """Write `ids` at the first empty slot of each probe chain (home slot from `lo`)."""
@@ -183,7 +179,7 @@ class KeyTable:
             self.count -= 1
         return found
 
-    def remove_ids(self, ids: NDArray[np.int32]) -> None:
+    def remove_ids(self, ids: NDArray[np.integer]) -> None:
         """Remove the blocks `ids`, each present (their rows in `source` still hold their keys)."""
         table, stored, mask = self.ids, self.source.key, self.mask
         for block in ids.tolist():
@@ -205,11 +201,6 @@ class KeyTable:
                 table[hole], hole = entry, slot
             slot = (slot + 1) & mask
         table[hole] = EMPTY
-
-    def _rehash(self, capacity: int) -> None:
-        live = self.ids[self.ids != EMPTY]
-        self._alloc(capacity)
-        self._place(self.source.key[live, 1], live)
 
     def nbytes(self) -> int:
         return int(self.ids.nbytes)

@@ -1,0 +1,84 @@
+"""Allocate: pages, slot mappings and copy plan for a request's next tokens, all or nothing.
+
+What the tokens need is counted first (pages per page pool, block rows for
+the blocks they complete, point rows for the points they keep); if anything
+is short the manager evicts (LRU, dependency aware) rather than growing; if
+still short, OutOfPages is raised and nothing changed (F8).  The copies the
+tokens need first (copy-on-write of the hit's partial page, seeding the
+working tail) are issued as one plan with an id; the copies' targets are
+FILLING until `complete(plan_id)`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hkv_core.errors import OutOfPages
+from hkv_core.manager import evict, retention
+from hkv_core.manager.core import Core, PlanRecord
+from hkv_core.manager.records import Allocation
+from hkv_core.manager.requests import RequestState
+from hkv_core.manager.roles import Builder
+from hkv_core.plan import Plan
+from hkv_core.spec.names import Event
+
+BLOCK_ROWS, POINT_ROWS = "block index", "resume-point index"  # OutOfPages.pool for the index tables
+
+
+def needs(core: Core, req: RequestState, start: int, end: int) -> tuple[list[int], int, int, list[int]]:
+    """(pages per page pool, block rows, point rows, boundaries of the points) tokens [start, end) need."""
+    boundaries = retention.retained_between(core, req, start, end)
+    pages = [0] * len(core.pools)
+    for role in core.roles:
+        for pool, count in zip(role.pools, role.needs(req, start, end, boundaries), strict=True):
+            pages[pool.spec.index] = count
+    blocks = max(0, end // core.block_tokens - len(req.chain) - req.block_rows)
+    return pages, blocks, len(boundaries), boundaries
+
+
+def fits(core: Core, pages: list[int], blocks: int, points: int) -> bool:
+    """Would the free pages and rows cover the need without evicting?"""
+    return (all(p.free_count >= n for p, n in zip(core.pools, pages, strict=True))
+            and core.index.blocks.available() >= blocks and core.index.points.available() >= points)
+
+
+def allocate(core: Core, req: RequestState, num_tokens: int) -> Allocation:
+    """Pages for tokens [allocated, allocated + n); a request that never acquired starts at 0."""
+    start, end = req.allocated, req.allocated + num_tokens
+    pages, blocks, points, boundaries = needs(core, req, start, end)
+    if not fits(core, pages, blocks, points) and not evict.evict_for(core, pages, blocks, points):
+        raise _short(core, pages, blocks, points)
+    out = Builder()
+    for role in core.roles:
+        role.place(req, start, end, boundaries, out)
+    core.index.reserve(blocks, points)
+    req.block_rows += blocks
+    req.point_rows += points
+    req.pending_points += boundaries
+    req.allocated, req.acquired = end, True
+    return Allocation(request_id=req.rid, start_tokens=start, num_tokens=num_tokens, block_tables=out.tables,
+                      slots=out.slots, tail_pages=out.tail_pages, snapshots=out.snapshots,
+                      plan=_issue(core, req, out, start, num_tokens))
+
+
+def _issue(core: Core, req: RequestState, out: Builder, start: int, num_tokens: int) -> Plan | None:
+    """The copies as a plan with an id; their targets are FILLING (copy-pinned) until it completes."""
+    if not out.copies:
+        return None
+    plan_id, core.next_plan = core.next_plan, core.next_plan + 1
+    for pool, objs in out.fills:
+        pool.step(objs, pool.ev[Event.FILL], req.slot)
+    core.plans[plan_id] = PlanRecord(request_id=req.rid, fills=[(p.spec.index, o) for p, o in out.fills])
+    req.plans.add(plan_id)
+    core.stats["copies"] += len(out.copies)
+    return Plan(ops=out.copies, request_id=req.rid, plan_id=plan_id, label=f"allocate {start}+{num_tokens}")
+
+
+def _short(core: Core, pages: list[int], blocks: int, points: int) -> OutOfPages:
+    """OutOfPages for the first pool or index table that cannot supply the need."""
+    for pool, n in zip(core.pools, pages, strict=True):
+        if pool.free_count < n:
+            return OutOfPages(pool=pool.name, needed=n, free=pool.free_count)
+    if core.index.blocks.available() < blocks:
+        return OutOfPages(pool=BLOCK_ROWS, needed=blocks, free=core.index.blocks.available())
+    return OutOfPages(pool=POINT_ROWS, needed=points, free=core.index.points.available())

@@ -1,0 +1,114 @@
+"""BlockTable: the blocks of the prefix index, one row per indexed block.
+
+Per row: the block's 128-bit key, its parent block (NO_BLOCK for a root),
+how many INDEXED children it has, the resume point kept at its end (NO_POINT
+when none), and per prefix page pool the object covering it (NULL_OBJECT
+until that object is published).  Blocks form a forest of chains; a block is
+dropped only as a leaf that ends no live request's chain and has no point
+(the guards of `drop`), so a chain loses its tail before its head.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from hkv_core.manager.index.entries import EntryTable
+from hkv_core.manager.page_pool import PagePool
+from hkv_core.spec.names import Event, State
+from hkv_core.spec.table import KindTable
+
+NO_BLOCK = -1
+NO_POINT = -1
+Index = NDArray[np.intp]
+
+
+class BlockTable(EntryTable):
+    """Rows of kind `block`; `refs` holds one column per prefix page pool."""
+
+    def __init__(self, table: KindTable, capacity: int, prefix_pools: list[PagePool]) -> None:
+        super().__init__(table, capacity, [(pool, 1) for pool in prefix_pools])
+        self.key = np.zeros((capacity, 2), np.uint64)
+        self.parent = np.full(capacity, NO_BLOCK, np.int32)
+        self.children = np.zeros(capacity, np.int32)
+        self.point = np.full(capacity, NO_POINT, np.int32)
+        self.scratch = np.zeros(capacity, np.int32)
+        self.s_indexed = table.state_id(State.INDEXED)
+        self.tails: NDArray[np.int32] = np.zeros(0, np.int32)  # live chain tails, set by the caller of drop
+
+    def view(self, rows: Index) -> BlockView:
+        return BlockView(self, rows)
+
+    def objects(self, rows: NDArray[np.integer], col: int) -> NDArray[np.int32]:
+        """The objects of prefix page pool `col` covering `rows` (NULL_OBJECT where none yet)."""
+        return self.refs[col][1][rows, 0]
+
+    def index_chain(self, keys: NDArray[np.uint64], parent: int) -> Index:
+        """New INDEXED blocks for consecutive keys, each the parent of the next, under `parent`."""
+        rows = self.peek_rows(len(keys))
+        self.key[rows] = keys
+        self.parent[rows[0]] = parent
+        self.parent[rows[1:]] = rows[:-1]
+        self.step(rows, Event.INDEX)
+        self.children[rows] = 1
+        self.children[rows[-1]] = 0
+        if parent != NO_BLOCK:
+            self.children[parent] += 1
+        return rows
+
+    def attach(self, rows: Index, col: int, objs: NDArray[np.integer]) -> None:
+        """Blocks `rows` (distinct, without an object in `col`) now refer to `objs`: one reference each."""
+        column = self.refs[col][1]
+        assert not np.count_nonzero(column[rows, 0]), "a block refers to one object per page pool"
+        column[rows, 0] = objs
+        self.step(rows, Event.ATTACH, refs=(col,))
+
+    def drop(self, rows: Index) -> None:
+        """Drop leaf blocks `rows`, children before parents (each a leaf once the earlier ones are gone)."""
+        parents = self.parent[rows]
+        self.step(rows, Event.DROP)
+        linked = parents[parents != NO_BLOCK]
+        np.subtract.at(self.children, linked, 1)
+        self.point[rows] = NO_POINT
+        self.parent[rows] = NO_BLOCK
+
+    def in_set_children(self, rows: Index) -> NDArray[np.int32]:
+        """Per row: how many of `rows` are its children."""
+        parents = self.parent[rows]
+        linked = parents[parents != NO_BLOCK]
+        np.add.at(self.scratch, linked, 1)
+        found = self.scratch[rows].copy()
+        self.scratch[linked] = 0
+        return found
+
+
+class BlockView:
+    """GuardView of a step over blocks `rows` (index: a chain, root first; drop: leaves first)."""
+
+    __slots__ = ("blocks", "rows")
+
+    def __init__(self, blocks: BlockTable, rows: Index) -> None:
+        self.blocks, self.rows = blocks, rows
+
+    def parent_indexed(self) -> NDArray[np.bool_]:
+        b, parents = self.blocks, self.blocks.parent[self.rows]
+        ok = (parents == NO_BLOCK) | (b.state[np.maximum(parents, 0)] == b.s_indexed)
+        ok[1:] |= parents[1:] == self.rows[:-1]  # the chain's own earlier blocks are indexed first
+        return np.asarray(ok)
+
+    def children(self) -> NDArray[np.int32]:
+        b = self.blocks
+        return np.asarray(b.children[self.rows] - b.in_set_children(self.rows))
+
+    def chain_tail(self) -> NDArray[np.bool_]:
+        return np.isin(self.rows, self.blocks.tails)
+
+    def has_point(self) -> NDArray[np.bool_]:
+        return np.asarray(self.blocks.point[self.rows] != NO_POINT)
+
+    def _not_asked(self) -> bool:
+        raise AssertionError("a question about device objects asked of blocks")
+
+    slot_available = is_owner = rows_full = leased_by_actor = lease_count = copy_pinned = _not_asked
+    disk_record_durable = source_set_complete = disk_dependents = holders = rows_written = _not_asked
+    block_indexed = _not_asked

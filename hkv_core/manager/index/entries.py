@@ -1,0 +1,151 @@
+"""EntryTable: rows of an index kind (blocks, resume points) with their lifecycle.
+
+An entry has a row of a fixed-size table, a lifecycle state and version
+(`specs/lifecycle.toml`, kinds `block` and `resume_point`), and for each page
+pool it refers to, a column of object ids (`refs`: width objects per row,
+NULL_OBJECT where none).  Rows move only through `step`, which checks the
+compiled table's edge and guards (read by the subclass's view) before any
+effect runs: `take_row` / `free_row` (the free-row stack), `hold_references`
+/ `drop_references` (fire `hold` / `unhold` on the page pools, one reference
+per listed object), `bump_version`.  Objects that lost a reference are
+collected in `unheld` for the caller to settle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from hkv_core.manager.page_pool import NULL_OBJECT, PagePool
+from hkv_core.spec.guards import GuardView
+from hkv_core.spec.names import Event
+from hkv_core.spec.table import KindTable
+
+Index = NDArray[np.intp]
+Ref = tuple[PagePool, NDArray[np.int32]]  # (page pool, column of shape (rows, width))
+EntryEffect = Callable[["EntryTable", Index, Iterable[int]], Any]
+
+
+class EntryTable:
+    """Rows, states, versions and object references of one index kind; subclasses add their columns."""
+
+    def __init__(self, table: KindTable, capacity: int, refs: list[tuple[PagePool, int]]) -> None:
+        assert capacity >= 1
+        self.table, self.capacity = table, capacity
+        self.state = np.full(capacity, table.initial, np.uint8)
+        self.version = np.arange(capacity, dtype=np.uint32)
+        self.clock = capacity
+        self.free_rows = np.arange(capacity - 1, -1, -1, dtype=np.int32)
+        self.free_count = capacity
+        self.reserved = 0  # rows promised to allocations, taken at commit
+        self.refs: list[Ref] = [(pool, np.zeros((capacity, width), np.int32)) for pool, width in refs]
+        self.unheld: list[tuple[PagePool, Index]] = []
+        self.s_free = table.initial
+
+    @property
+    def live(self) -> int:
+        return self.capacity - self.free_count
+
+    def available(self) -> int:
+        """Rows free and not promised to an allocation."""
+        return self.free_count - self.reserved
+
+    def view(self, rows: Index) -> GuardView:
+        raise NotImplementedError
+
+    def step(self, rows: Index, event: Event, refs: tuple[int, ...] | None = None) -> None:
+        """Move distinct `rows` (one source state) by `event`; IllegalTransition changes nothing.
+
+        `refs` limits the reference effects to those columns (an `attach` of one
+        page pool's objects holds only them); None: every column.
+        """
+        if not rows.size:
+            return
+        states = self.state[rows]
+        assert not np.count_nonzero(states != states[0]), "an index step moves rows of one state"
+        edge = self.table.step(int(states[0]), self.table.event_id(event), self.view(rows))
+        chosen = range(len(self.refs)) if refs is None else refs
+        for name in edge.effects:
+            ENTRY_EFFECTS[name](self, rows, chosen)
+        self.state[rows] = edge.dest
+
+    def peek_rows(self, count: int) -> Index:
+        """The rows `take_row` will hand out next (lowest first)."""
+        assert count <= self.free_count, f"{self.table.kind}: {count} rows wanted, {self.free_count} free"
+        return self.free_rows[self.free_count - count:self.free_count][::-1].astype(np.intp)
+
+    def hold(self, rows: Index, refs: Iterable[int]) -> None:
+        """hold_references: one `hold` on each object the rows list in the chosen columns."""
+        for pool, column in (self.refs[r] for r in refs):
+            objs, counts = _counted(column[rows])
+            pool.step(objs, pool.ev[Event.HOLD], counts=counts)
+
+    def release(self, rows: Index, refs: Iterable[int]) -> None:
+        """drop_references: one `unhold` per listed object; the columns are cleared."""
+        for pool, column in (self.refs[r] for r in refs):
+            objs, counts = _counted(column[rows])
+            pool.step(objs, pool.ev[Event.UNHOLD], counts=counts)
+            self.unheld.append((pool, objs))
+            column[rows] = NULL_OBJECT
+
+    def take_unheld(self) -> list[tuple[PagePool, Index]]:
+        out, self.unheld = self.unheld, []
+        return out
+
+    def clone_into(self, twin: EntryTable, pools: dict[int, PagePool]) -> None:
+        """Copy every array of this table into `twin` (already `object.__new__`), pools swapped."""
+        twin.__dict__.update(self.__dict__)
+        for name, value in self.__dict__.items():
+            if isinstance(value, np.ndarray):
+                setattr(twin, name, value.copy())
+        twin.refs = [(pools[pool.spec.index], column.copy()) for pool, column in self.refs]
+        twin.unheld = []
+
+
+def _counted(objs: NDArray[np.int32]) -> tuple[Index, Index]:
+    """Distinct non-NULL objects of `objs` and how often each occurs."""
+    flat = objs.ravel()
+    flat = flat[flat != NULL_OBJECT]
+    if not flat.size:
+        return np.zeros(0, np.intp), np.zeros(0, np.intp)
+    found, counts = np.unique(flat, return_counts=True)
+    return found.astype(np.intp), counts.astype(np.intp)
+
+
+def _take_row(table: EntryTable, rows: Index, refs: Iterable[int]) -> None:
+    assert np.array_equal(rows, table.peek_rows(rows.size)), "rows are taken in stack order"
+    table.free_count -= rows.size
+
+
+def _free_row(table: EntryTable, rows: Index, refs: Iterable[int]) -> None:
+    top = table.free_count
+    table.free_rows[top:top + rows.size] = np.sort(rows)[::-1]
+    table.free_count = top + rows.size
+
+
+def _bump(table: EntryTable, rows: Index, refs: Iterable[int]) -> None:
+    table.version[rows] = np.arange(table.clock, table.clock + rows.size, dtype=np.uint64).astype(np.uint32)
+    table.clock += rows.size
+
+
+def _not_for_entries(name: str) -> EntryEffect:
+    def refuse(table: EntryTable, rows: Index, refs: Iterable[int]) -> None:
+        raise AssertionError(f"effect {name} belongs to device objects, not to {table.table.kind} entries")
+    return refuse
+
+
+ENTRY_EFFECTS: Mapping[str, EntryEffect] = MappingProxyType({
+    "take_row": _take_row,
+    "free_row": _free_row,
+    "hold_references": EntryTable.hold,
+    "drop_references": EntryTable.release,
+    "bump_version": _bump,
+    **{name: _not_for_entries(name) for name in (
+        "take_slot", "free_slot", "set_owner", "clear_owner", "append_row", "clear_rows", "seal_rows",
+        "freeze_content", "add_lease", "drop_lease", "pin_copy", "unpin_copy", "quarantine", "add_holder",
+        "drop_holder")},
+})

@@ -1,0 +1,77 @@
+"""PointTable: the retained resume points of the prefix index, one row each.
+
+A resume point sits at the end of a block (`block`, boundary `tokens`) and
+refers to the objects a hit there reads besides the prefix pages: for each
+window page pool the window pages of the blocks overlapping [P - W + 1, P)
+(right-aligned in a row of `width` objects, NULL_OBJECT-padded on the left),
+for each tail page pool its compressor-tail snapshot (width 1).  A point is
+kept only with every one of them published, and holds one reference on each.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from hkv_core.manager.index.blocks import NO_POINT, BlockTable
+from hkv_core.manager.index.entries import EntryTable
+from hkv_core.manager.page_pool import PagePool
+from hkv_core.spec.names import Event
+from hkv_core.spec.table import KindTable
+
+Index = NDArray[np.intp]
+
+
+class PointTable(EntryTable):
+    """Rows of kind `resume_point`; `refs` holds one column per window or tail page pool."""
+
+    def __init__(self, table: KindTable, capacity: int, pools: list[tuple[PagePool, int]],
+                 blocks: BlockTable) -> None:
+        super().__init__(table, capacity, pools)
+        self.blocks = blocks
+        self.block = np.full(capacity, -1, np.int32)
+        self.tokens = np.zeros(capacity, np.int64)
+
+    def view(self, rows: Index) -> PointView:
+        return PointView(self, rows)
+
+    def objects(self, rows: NDArray[np.integer], col: int) -> NDArray[np.int32]:
+        """The objects column `col` lists for `rows`, shape (len(rows), width)."""
+        return self.refs[col][1][rows]
+
+    def keep(self, blocks: NDArray[np.integer], tokens: NDArray[np.integer],
+             objects: list[NDArray[np.int32]]) -> Index:
+        """Keep a point at the end of each of `blocks`, referring to `objects` (one matrix per column)."""
+        rows = self.peek_rows(len(blocks))
+        self.block[rows] = blocks
+        self.tokens[rows] = tokens
+        for (_, column), objs in zip(self.refs, objects, strict=True):
+            column[rows] = objs
+        self.step(rows, Event.KEEP)
+        self.blocks.point[blocks] = rows
+        return rows
+
+    def drop(self, rows: Index) -> None:
+        self.step(rows, Event.DROP)
+        self.blocks.point[self.block[rows]] = NO_POINT
+        self.block[rows] = -1
+
+
+class PointView:
+    """GuardView of a step over points `rows`."""
+
+    __slots__ = ("points", "rows")
+
+    def __init__(self, points: PointTable, rows: Index) -> None:
+        self.points, self.rows = points, rows
+
+    def block_indexed(self) -> NDArray[np.bool_]:
+        blocks = self.points.blocks
+        return np.asarray(blocks.state[self.points.block[self.rows]] == blocks.s_indexed)
+
+    def _not_asked(self) -> bool:
+        raise AssertionError("a question about device objects or blocks asked of resume points")
+
+    slot_available = is_owner = rows_full = leased_by_actor = lease_count = copy_pinned = _not_asked
+    disk_record_durable = source_set_complete = disk_dependents = holders = rows_written = _not_asked
+    parent_indexed = children = chain_tail = has_point = _not_asked

@@ -1,0 +1,110 @@
+"""Eviction order of the prefix index: the EvictionPolicy interface and exact LRU.
+
+The index asks its policy for blocks in eviction order, a chunk at a time;
+the eviction planner (hkv_core/manager/evict_plan.py) takes units from the
+front.  A policy that keeps `children_first` promises that every block comes
+after all of its descendants, blocks of live chains aside (they are never
+dropped), so one pass in its order meets each block when it is already a
+leaf if it ever will be.
+
+`LruPolicy`: an append-only queue of block ids; a block's entry is current
+while `pos[block]` points at it, older entries are stale and skipped (and
+dropped when the queue is compacted).  `touch(chain)` appends a chain's
+blocks deepest first, so children precede parents.  Capacity is fixed: two
+entries per block row (a compaction keeps at most one per live block).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from hkv_core.manager.limits import MAX_QUEUE_CHUNK_ENTRIES, QUEUE_CHUNK_ENTRIES, QUEUE_ENTRIES_PER_BLOCK
+
+Blocks = NDArray[np.int32]
+
+
+class EvictionPolicy(Protocol):
+    """What the index needs from an eviction order."""
+
+    children_first: bool
+
+    def touch(self, chain: Blocks) -> None:
+        """Blocks of one chain (root first) were used now."""
+        ...
+
+    def forget(self, blocks: Blocks) -> None:
+        """Blocks left the index."""
+        ...
+
+    def chunks(self) -> Iterator[Blocks]:
+        """Live blocks in eviction order, a chunk at a time (chunks grow)."""
+        ...
+
+    def clone(self) -> EvictionPolicy:
+        ...
+
+
+class LruPolicy:
+    """Exact LRU, deepest first within a chain: see the module docstring."""
+
+    children_first = True
+
+    def __init__(self, block_rows: int) -> None:
+        self.queue = np.zeros(QUEUE_ENTRIES_PER_BLOCK * block_rows, np.int32)
+        self.pos = np.full(block_rows, -1, np.int32)
+        self.head = 0  # entries before the head are all stale
+        self.length = 0
+
+    def touch(self, chain: Blocks) -> None:
+        count = len(chain)
+        if not count:
+            return
+        if self.length + count > len(self.queue):
+            self._compact()
+        assert self.length + count <= len(self.queue), "the queue holds two entries per block row"
+        where = np.arange(self.length, self.length + count, dtype=np.int32)
+        deepest_first = chain[::-1]
+        self.queue[where] = deepest_first
+        self.pos[deepest_first] = where
+        self.length += count
+
+    def forget(self, blocks: Blocks) -> None:
+        self.pos[blocks] = -1
+
+    def current(self, start: int, end: int) -> NDArray[np.bool_]:
+        """Which queue entries in [start, end) are current (their block's latest touch)."""
+        blocks = self.queue[start:end]
+        return np.asarray(self.pos[blocks] == np.arange(start, end))
+
+    def chunks(self) -> Iterator[Blocks]:
+        start, size, leading_stale = self.head, QUEUE_CHUNK_ENTRIES, True
+        while start < self.length:
+            end = min(start + size, self.length)
+            size = min(2 * size, MAX_QUEUE_CHUNK_ENTRIES)  # long live chains at the front: O(log) rounds
+            current = self.current(start, end)
+            if leading_stale:
+                first = int(np.argmax(current)) if current.any() else end - start
+                self.head, leading_stale = start + first, first == end - start
+            yield self.queue[start:end][current]
+            start = end
+
+    def order(self) -> Blocks:
+        """Every current entry, front first (for checks and snapshots)."""
+        live = self.queue[self.head:self.length]
+        return live[self.current(self.head, self.length)]
+
+    def _compact(self) -> None:
+        keep = self.order()
+        self.queue[:len(keep)] = keep
+        self.pos[keep] = np.arange(len(keep), dtype=np.int32)
+        self.head, self.length = 0, len(keep)
+
+    def clone(self) -> LruPolicy:
+        twin = LruPolicy.__new__(LruPolicy)
+        twin.queue, twin.pos = self.queue.copy(), self.pos.copy()
+        twin.head, twin.length = self.head, self.length
+        return twin

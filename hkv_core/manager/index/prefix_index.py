@@ -1,0 +1,139 @@
+"""PrefixIndex: block keys, the block and resume-point tables, and their eviction order.
+
+The only code that adds or removes blocks and resume points.  It refers to
+cached objects by their ids (never by device page), holds one index
+reference on each through the lifecycle events of its entries, keeps the
+eviction order through an `EvictionPolicy` (exact LRU), and is the one place
+that tells subscribers which blocks were stored or removed (cache events).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import attrs
+import numpy as np
+from numpy.typing import NDArray
+
+from hkv_core.manager.index.blocks import NO_BLOCK, BlockTable
+from hkv_core.manager.index.key_table import EMPTY, KeyTable
+from hkv_core.manager.index.points import PointTable
+from hkv_core.manager.index.policy import EvictionPolicy, LruPolicy
+from hkv_core.manager.limits import Limits
+from hkv_core.manager.page_pool import PagePool
+from hkv_core.manager.requests import RequestTable
+from hkv_core.spec.table import KindTable
+
+Index = NDArray[np.intp]
+
+
+@attrs.frozen(kw_only=True)
+class IndexEvent:
+    """Blocks stored in or removed from the index, by key (what a router subscribes to)."""
+
+    kind: str  # "stored" | "removed"
+    keys: NDArray[np.uint64]
+    parent: int = NO_BLOCK
+
+
+Listener = Callable[[IndexEvent], None]
+
+
+class PrefixIndex:
+    """Blocks (keyed, chained), resume points, eviction order; see the module docstring."""
+
+    def __init__(self, tables: dict[str, KindTable], limits: Limits, prefix_pools: list[PagePool],
+                 point_pools: list[tuple[PagePool, int]], requests: RequestTable) -> None:
+        self.blocks = BlockTable(tables["block"], limits.block_rows, prefix_pools)
+        self.points = PointTable(tables["resume_point"], limits.point_rows, point_pools, self.blocks)
+        self.keys = KeyTable(self.blocks, limits.key_table_slots)
+        self.policy: EvictionPolicy = LruPolicy(limits.block_rows)
+        self.requests = requests
+        self.listeners: list[Listener] = []
+
+    # ------------------------------------------------------------------ lookups
+
+    def matched(self, keys: NDArray[np.uint64]) -> NDArray[np.int32]:
+        """Block ids of the longest prefix of `keys` that is indexed (a chain: only leaves are ever dropped)."""
+        ids = self.keys.lookup(keys)
+        missing = np.flatnonzero(ids == EMPTY)
+        return ids[:missing[0]] if missing.size else ids
+
+    def lookup(self, keys: NDArray[np.uint64]) -> NDArray[np.int32]:
+        return self.keys.lookup(keys)
+
+    # ------------------------------------------------------------------ blocks
+
+    def add_chain(self, keys: NDArray[np.uint64], parent: int) -> Index:
+        """Index consecutive new keys under `parent` (rows reserved by the caller); returns their ids."""
+        rows = self.blocks.index_chain(keys, parent)
+        self.keys.insert_many(keys, rows)
+        self.blocks.reserved -= len(rows)
+        self._emit("stored", keys, parent)
+        return rows
+
+    def attach(self, ids: Index, col: int, objs: NDArray[np.integer]) -> None:
+        self.blocks.attach(ids, col, objs)
+
+    def drop_blocks(self, ids: Index) -> None:
+        """Drop leaf blocks, children first (their keys leave the table before their rows are reused)."""
+        if not ids.size:
+            return
+        self.blocks.tails = self.requests.chain_tails()
+        keys = self.blocks.key[ids].copy() if self.listeners else None
+        self.blocks.drop(ids)
+        self.keys.remove_ids(ids)
+        self.policy.forget(ids.astype(np.int32))
+        if keys is not None:
+            self._emit("removed", keys, NO_BLOCK)
+
+    def touch(self, chain: NDArray[np.integer]) -> None:
+        self.policy.touch(chain.astype(np.int32, copy=False))
+
+    # ------------------------------------------------------------------ points
+
+    def keep_points(self, blocks: NDArray[np.integer], tokens: NDArray[np.integer],
+                    objects: list[NDArray[np.int32]]) -> Index:
+        rows = self.points.keep(blocks, tokens, objects)
+        self.points.reserved -= len(rows)
+        return rows
+
+    def drop_points(self, rows: Index) -> None:
+        self.points.drop(rows)
+
+    # ------------------------------------------------------------------ rows
+
+    def reserve(self, blocks: int, points: int) -> None:
+        assert blocks <= self.blocks.available() and points <= self.points.available()
+        self.blocks.reserved += blocks
+        self.points.reserved += points
+
+    def unreserve(self, blocks: int, points: int) -> None:
+        self.blocks.reserved -= blocks
+        self.points.reserved -= points
+        assert self.blocks.reserved >= 0 and self.points.reserved >= 0
+
+    def take_unheld(self) -> list[tuple[PagePool, Index]]:
+        """Objects that lost references since the last call (to settle)."""
+        return self.blocks.take_unheld() + self.points.take_unheld()
+
+    # ------------------------------------------------------------------ events
+
+    def subscribe(self, listener: Listener) -> None:
+        self.listeners.append(listener)
+
+    def _emit(self, kind: str, keys: NDArray[np.uint64], parent: int) -> None:
+        for listener in self.listeners:
+            listener(IndexEvent(kind=kind, keys=keys.copy(), parent=parent))
+
+    def clone(self, pools: dict[int, PagePool], requests: RequestTable) -> PrefixIndex:
+        twin = PrefixIndex.__new__(PrefixIndex)
+        twin.blocks = BlockTable.__new__(BlockTable)
+        self.blocks.clone_into(twin.blocks, pools)
+        twin.points = PointTable.__new__(PointTable)
+        self.points.clone_into(twin.points, pools)
+        twin.points.blocks = twin.blocks
+        twin.keys = self.keys.clone(twin.blocks)
+        twin.policy = self.policy.clone()
+        twin.requests, twin.listeners = requests, []
+        return twin

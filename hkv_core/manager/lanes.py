@@ -1,0 +1,108 @@
+"""Page pools of the manager: the layout's pools grouped by what moves in lockstep.
+
+The layout has one pool per (layer group, object kind, entry kind); an
+executor allocates each as one array.  The manager groups pools whose pages
+always move together into one page pool with one id space: the windows of
+every layer group with the same window (a block's window rows exist in every
+group at once), the compressor tails of every group (one snapshot per resume
+point), and prefix pools of the same kind and page geometry.  A page id then
+names the same page in every member pool, like a page id already names the
+same slot in every layer of a group, and one lifecycle step moves all of them
+(DeepSeek-V4-Flash: 9 pools, 6 page pools).
+
+A page pool's role (prefix, window, tail) is selected by (object kind, entry
+kind) through the table ROLE_OF, never by if-chains.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import attrs
+
+from hkv_core.errors import ConfigError
+from hkv_core.layout import EntryKind, Layout, ObjectKind, PoolSpec
+from hkv_core.manager.config import ManagerConfig
+
+
+class PoolRole(enum.Enum):
+    """What a page pool's pages are to a resume point."""
+
+    PREFIX = "prefix"  # entries for all of [0, P): compressed KV, indexer keys
+    WINDOW = "window"  # raw rows of one block: needed for [P - W + 1, P)
+    TAIL = "tail"  # one snapshot page per resume point: compressor rows at P
+
+
+ROLE_OF: dict[tuple[ObjectKind, EntryKind], PoolRole] = {
+    (ObjectKind.COMPRESSED_KV, EntryKind.COMPRESSED_ENTRY): PoolRole.PREFIX,
+    (ObjectKind.INDEXER_STATE, EntryKind.COMPRESSED_ENTRY): PoolRole.PREFIX,
+    (ObjectKind.SWA_WINDOW, EntryKind.WINDOW_ROW): PoolRole.WINDOW,
+    (ObjectKind.COMPRESSOR_TAIL, EntryKind.TAIL_ROW): PoolRole.TAIL,
+    (ObjectKind.INDEXER_STATE, EntryKind.TAIL_ROW): PoolRole.TAIL,
+}
+
+
+@attrs.frozen(kw_only=True)
+class LaneSpec:
+    """One page pool: its member pools (same page ids), role, lifecycle kind and geometry.
+
+    `pages` counts the NULL page; `tokens_per_page` and `compress_ratio` are
+    the members' (equal within a prefix page pool); `window_tokens` is the
+    members' window (window pools) and 0 otherwise.
+    """
+
+    index: int
+    name: str
+    role: PoolRole
+    kind: str
+    members: tuple[PoolSpec, ...]
+    pages: int
+    tokens_per_page: int
+    entries_per_page: int
+    compress_ratio: int
+    window_tokens: int
+
+    @property
+    def member_names(self) -> tuple[str, ...]:
+        return tuple(m.name for m in self.members)
+
+
+def _lane_key(spec: PoolSpec, role: PoolRole, pages: int, window: int) -> tuple[object, ...]:
+    """Pools with equal keys share one page-id space."""
+    if role is PoolRole.PREFIX:
+        return role, spec.object_kind, spec.compress_ratio, spec.entries_per_page, spec.tokens_per_page, pages
+    if role is PoolRole.WINDOW:
+        return role, spec.object_kind, spec.tokens_per_page, window, pages
+    return role, spec.object_kind, pages
+
+
+def build_lanes(layout: Layout, config: ManagerConfig) -> tuple[LaneSpec, ...]:
+    """The page pools of `layout` (in layout pool order of their first member), sizes from `config`."""
+    groups: dict[tuple[object, ...], list[PoolSpec]] = {}
+    for spec in layout.pools:
+        role = ROLE_OF[(spec.object_kind, spec.entry_kind)]
+        window = layout.group(spec.group_name).window_tokens
+        _check_geometry(spec, role, layout.block_tokens)
+        groups.setdefault(_lane_key(spec, role, config.pages_of(spec.name), window), []).append(spec)
+    lanes = []
+    for index, (key, members) in enumerate(groups.items()):
+        first, role = members[0], key[0]
+        assert isinstance(role, PoolRole)
+        name = first.name if len(members) == 1 else "+".join(m.name for m in members)
+        lanes.append(LaneSpec(index=index, name=name, role=role, kind=first.object_kind.value,
+                              members=tuple(members), pages=config.pages_of(first.name) + 1,
+                              tokens_per_page=first.tokens_per_page, entries_per_page=first.entries_per_page,
+                              compress_ratio=first.compress_ratio,
+                              window_tokens=layout.group(first.group_name).window_tokens
+                              if role is PoolRole.WINDOW else 0))
+    return tuple(lanes)
+
+
+def _check_geometry(spec: PoolSpec, role: PoolRole, block_tokens: int) -> None:
+    tokens = spec.tokens_per_page
+    if role is PoolRole.PREFIX and tokens % block_tokens:
+        raise ConfigError(f"tokens per page {tokens} is not a multiple of block_tokens {block_tokens}",
+                          source=spec.name, key="tokens_per_page")
+    if role is PoolRole.WINDOW and tokens != block_tokens:
+        raise ConfigError(f"window pages must hold one block ({block_tokens} rows), not {tokens}",
+                          source=spec.name, key="tokens_per_page")

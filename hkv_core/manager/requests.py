@@ -1,0 +1,149 @@
+"""Requests in flight: tokens, keys, watermarks, chains, per-pool tables and leases.
+
+A live request occupies one of `max_requests` slots; the slot is the actor
+id the page pools record as an object's owner, and `committed[slot]` (the
+tokens the request has committed) is the data the `rows_full` / `has_rows`
+guards read.  Only the verbs change a request.
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+from numpy.typing import NDArray
+
+from hkv_core.block_keys import ExtraKeys
+from hkv_core.manager.id_list import IdList, appended
+
+NO_SLOT = -1
+
+
+@attrs.define
+class PinList:
+    """The objects a request's lease lists in one page pool, and the version each had when pinned."""
+
+    objs: IdList = attrs.field(factory=IdList)
+    versions: IdList = attrs.field(factory=lambda: IdList(dtype=np.int64))
+
+    def add(self, objs: NDArray[np.integer], versions: NDArray[np.int64]) -> None:
+        self.objs.extend(objs)
+        self.versions.extend(versions)
+
+    def remove(self, drop: NDArray[np.bool_]) -> None:
+        """Forget the entries where `drop` is True."""
+        self.objs.keep(~drop)
+        self.versions.keep(~drop)
+
+    def clear(self) -> None:
+        self.objs.clear()
+        self.versions.clear()
+
+    def copy(self) -> PinList:
+        return PinList(self.objs.copy(), self.versions.copy())
+
+
+@attrs.define(kw_only=True)
+class RequestState:
+    """One request in flight (see docs/manager.md for the lifecycle of a request)."""
+
+    rid: int
+    slot: int
+    tokens: NDArray[np.int64]
+    keys: NDArray[np.uint64]
+    extra: ExtraKeys
+    prompt_tokens: int
+    lanes: int
+    computed: int = 0
+    allocated: int = 0
+    hit_tokens: int = 0
+    acquired: bool = False
+    chain: IdList = attrs.field(factory=IdList)  # block ids of blocks 0.. in the index
+    tables: list[IdList] = attrs.field(factory=list)  # per page pool: prefix page / window block / working tail
+    pins: list[PinList] = attrs.field(factory=list)  # per page pool: what its lease lists
+    window_floor: list[int] = attrs.field(factory=list)  # per page pool: window blocks below are released
+    pending_points: list[int] = attrs.field(factory=list)  # boundaries allocated, not yet committed (ascending)
+    snapshots: dict[int, NDArray[np.intp]] = attrs.field(factory=dict)  # boundary -> tail object per tail pool
+    tail_sources: dict[int, int] = attrs.field(factory=dict)  # tail pool -> the hit's snapshot object
+    block_rows: int = 0  # index rows reserved for blocks its commits may add
+    point_rows: int = 0  # index rows reserved for resume points its commits may keep
+    plans: set[int] = attrs.field(factory=set)  # copy plans issued for it and not yet completed
+    failed_plan: int = -1  # a copy plan that failed: its targets are unusable
+    token_room: NDArray[np.int64] | None = None  # `tokens` is a prefix view of it while decoding
+    key_room: NDArray[np.uint64] | None = None  # `keys` likewise
+
+    def __attrs_post_init__(self) -> None:
+        if not self.tables:
+            self.tables = [IdList() for _ in range(self.lanes)]
+            self.pins = [PinList() for _ in range(self.lanes)]
+            self.window_floor = [0] * self.lanes
+
+    def extend(self, tokens: NDArray[np.int64], keys: NDArray[np.uint64]) -> None:
+        """Append decoded tokens and their new block keys in amortized O(new) (no copy of the context)."""
+        self.tokens, self.token_room = appended(self.tokens, self.token_room, tokens)
+        self.keys, self.key_room = appended(self.keys, self.key_room, keys)
+
+    def clone(self) -> RequestState:
+        """Token and key arrays are copied: decoding appends in place into their room."""
+        return attrs.evolve(self, tokens=self.tokens.copy(), keys=self.keys.copy(), token_room=None, key_room=None,
+                            chain=self.chain.copy(), tables=[t.copy() for t in self.tables],
+                            pins=[p.copy() for p in self.pins], window_floor=list(self.window_floor),
+                            pending_points=list(self.pending_points),
+                            snapshots={b: o.copy() for b, o in self.snapshots.items()},
+                            tail_sources=dict(self.tail_sources), plans=set(self.plans))
+
+
+class RequestTable:
+    """Live requests by id and by slot; `committed` per slot (one more entry: -1 for 'no owner')."""
+
+    def __init__(self, max_requests: int) -> None:
+        self.max_requests = max_requests
+        self.committed = np.full(max_requests + 1, -1, np.int64)
+        self.by_rid: dict[int, RequestState] = {}
+        self.by_slot: list[RequestState | None] = [None] * max_requests
+        self.free_slots = list(range(max_requests - 1, -1, -1))
+        self.next_rid = 0
+
+    def __len__(self) -> int:
+        return len(self.by_rid)
+
+    def admit(self, make: type[RequestState], **fields: object) -> RequestState:
+        """A new request in the lowest free slot (the caller checked the admission cap)."""
+        slot = self.free_slots.pop()
+        req = make(rid=self.next_rid, slot=slot, **fields)  # type: ignore[arg-type]
+        self.next_rid += 1
+        self.by_rid[req.rid], self.by_slot[slot] = req, req
+        self.committed[slot] = 0
+        return req
+
+    def forget(self, req: RequestState) -> None:
+        del self.by_rid[req.rid]
+        self.by_slot[req.slot] = None
+        self.committed[req.slot] = -1
+        self.free_slots.append(req.slot)
+        self.free_slots.sort(reverse=True)
+
+    def set_committed(self, req: RequestState, tokens: int) -> None:
+        req.computed = tokens
+        self.committed[req.slot] = tokens
+
+    def pinned(self, slot: int, lane: int) -> NDArray[np.int32]:
+        """The objects request `slot`'s lease lists in page pool `lane`."""
+        req = self.by_slot[slot] if 0 <= slot < self.max_requests else None
+        return req.pins[lane].objs.view() if req is not None else np.zeros(0, np.int32)
+
+    def chain_tails(self) -> NDArray[np.int32]:
+        """The last block of every live request's chain."""
+        tails = [r.chain[-1] for r in self.by_rid.values() if r.chain]
+        return np.array(tails, np.int32)
+
+    def live(self) -> list[RequestState]:
+        return list(self.by_rid.values())
+
+    def clone(self) -> RequestTable:
+        twin = RequestTable.__new__(RequestTable)
+        twin.max_requests, twin.next_rid = self.max_requests, self.next_rid
+        twin.committed = self.committed.copy()
+        twin.by_rid = {rid: r.clone() for rid, r in self.by_rid.items()}
+        twin.by_slot = [None if r is None else twin.by_rid[r.rid] for r in self.by_slot]
+        twin.free_slots = list(self.free_slots)
+        return twin

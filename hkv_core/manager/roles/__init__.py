@@ -1,0 +1,41 @@
+"""The three roles of page pools (prefix, window, tail): see roles/base.py."""
+
+from __future__ import annotations
+
+from hkv_core.manager.lanes import PoolRole
+from hkv_core.manager.page_pool import PagePool
+from hkv_core.manager.roles.base import Builder, Condition, Role, Shared
+from hkv_core.manager.roles.prefix import PrefixRole
+from hkv_core.manager.roles.tail import TailRole
+from hkv_core.manager.roles.window import WindowRole, window_width
+
+ROLE_CLASSES: dict[PoolRole, type[Role]] = {PoolRole.PREFIX: PrefixRole, PoolRole.WINDOW: WindowRole,
+                                            PoolRole.TAIL: TailRole}
+POINT_ROLES = (PoolRole.WINDOW, PoolRole.TAIL)  # roles whose pools resume points refer to, in column order
+
+
+def pools_of(pools: tuple[PagePool, ...], role: PoolRole) -> tuple[PagePool, ...]:
+    return tuple(p for p in pools if p.spec.role is role)
+
+
+def point_columns(pools: tuple[PagePool, ...], block_tokens: int) -> list[tuple[PagePool, int]]:
+    """(pool, width) of each point-table column: window pools (their window's blocks), then tail pools."""
+    windows = [(p, window_width(p.spec.window_tokens, block_tokens)) for p in pools_of(pools, PoolRole.WINDOW)]
+    return windows + [(p, 1) for p in pools_of(pools, PoolRole.TAIL)]
+
+
+def build_roles(shared: Shared, pools: tuple[PagePool, ...]) -> tuple[Role, ...]:
+    """One role object per role that has pools: prefix (block columns), then window and tail (point columns)."""
+    roles: list[Role] = []
+    point_column = 0
+    for role in PoolRole:
+        mine = pools_of(pools, role)
+        if not mine:
+            continue
+        roles.append(ROLE_CLASSES[role](shared, mine, point_column if role in POINT_ROLES else 0))
+        point_column += len(mine) if role in POINT_ROLES else 0
+    return tuple(roles)
+
+
+__all__ = ["Builder", "Condition", "PrefixRole", "Role", "Shared", "TailRole", "WindowRole", "build_roles",
+           "point_columns", "pools_of"]

@@ -1,0 +1,192 @@
+"""PrefixRole: compressed KV and indexer keys, read over entries j < P // r by a resume point at P.
+
+A prefix page covers `tokens_per_page` tokens (a whole number of blocks); the
+index refers to it from every block of its span.  A resume point inside a
+page reads the page's first entries, copied on write into the request's own
+page (`PARTIAL_PAGE_COPY`).  A request publishes a page when it completes
+(or, at release, the page it stopped in, sealed with the rows written: so a
+conversation resumes at its last retained point, not only at page ends), and
+references it from the blocks of its span that have none; a page whose blocks
+all have one already stays private and is given back at release.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import NDArray
+
+from hkv_core.manager.id_list import IdList
+from hkv_core.manager.page_pool import NULL_OBJECT, PagePool
+from hkv_core.manager.requests import RequestState
+from hkv_core.manager.roles.base import MISSING_CODE, Bools, Builder, Condition, Index, Role, Shared
+from hkv_core.spec.names import Event
+
+
+class PrefixRole(Role):
+    """Prefix page pools, each a column of the block table."""
+
+    def __init__(self, shared: Shared, pools: tuple[PagePool, ...], first_column: int) -> None:
+        super().__init__(shared, pools, first_column)
+        self.span = [p.spec.tokens_per_page // self.bt for p in pools]  # blocks per page
+        self.ratio = [max(1, p.spec.compress_ratio) for p in pools]
+        self.lcm_tokens = math.lcm(self.bt, *(p.spec.tokens_per_page for p in pools))
+
+    def _objects(self, ids: NDArray[np.integer], i: int) -> NDArray[np.int32]:
+        return self.shared.index.blocks.objects(ids, self.columns[i])
+
+    def pages_needed(self, i: int, blocks: NDArray[np.int64]) -> NDArray[np.int64]:
+        """Pages of pool i a resume point after `blocks` blocks reads: entries j < P // r only."""
+        spec = self.pools[i].spec
+        entries = blocks * self.bt // self.ratio[i]
+        return np.asarray(-(-entries // spec.entries_per_page))
+
+    # ---------------------------------------------------------- match / acquire
+
+    def conditions(self, ids: NDArray[np.int32], lo: int) -> list[Condition]:
+        """Every page needed at b is indexed: whole pages at their span's last block, a partial one at b - 1."""
+        b = np.arange(lo, len(ids) + 1)
+        out = []
+        for i, pool in enumerate(self.pools):
+            ok = self._objects(ids, i) != NULL_OBJECT
+            previous = ok[lo - 1:] if lo else np.concatenate([[True], ok])  # block b - 1
+            per_page = self.span[i]
+            need, full = self.pages_needed(i, b), b // per_page
+            whole = np.minimum(need, full)  # whole pages read at b: nondecreasing in b
+            page_ok = ok[per_page - 1::per_page]  # each whole page, at its last block
+            first = int(whole[0])
+            before = np.concatenate([[bool(page_ok[:first].all())], page_ok[first:]])
+            np.logical_and.accumulate(before, out=before)
+            usable = before[whole - first] & ((need <= full) | previous)
+            if lo == 0:
+                usable[0] = True  # resuming at 0 needs nothing
+            out.append(("multi_group", MISSING_CODE[pool.spec.kind], pool.name, usable))
+        if not self.shared.config.allow_partial_page_copy:
+            out.append(("whole_block", "LCM_ROUNDED", f"lcm={self.lcm_tokens}", b * self.bt % self.lcm_tokens == 0))
+        return out
+
+    def hit_objects(self, ids: NDArray[np.int32], point: int) -> list[Index]:
+        b, out = len(ids), []
+        for i in range(len(self.pools)):
+            per_page = self.span[i]
+            need = int(self.pages_needed(i, np.array([b]))[0])
+            ends = np.minimum(np.arange(per_page, (need + 1) * per_page, per_page), b) - 1
+            out.append(self._objects(ids[ends], i).astype(np.intp))
+        return out
+
+    def partial(self, tokens: int) -> bool:
+        """Does a resume point at `tokens` read only the first entries of a page (copy on write)?"""
+        return any((tokens // r) % p.spec.entries_per_page for p, r in zip(self.pools, self.ratio, strict=True))
+
+    def seed(self, req: RequestState, objs: list[Index]) -> None:
+        for pool, got in zip(self.pools, objs, strict=True):
+            req.tables[pool.spec.index] = IdList(got)
+
+    # ---------------------------------------------------------- allocate
+
+    def _cow(self, pool: PagePool, req: RequestState, start: int) -> int:
+        """The page index that must be copied on write before writing at `start`, or -1."""
+        table, first = req.tables[pool.spec.index], start // pool.spec.tokens_per_page
+        if first < len(table) and not self.owned(pool, req, np.array([table[first]]))[0]:
+            return first
+        return -1
+
+    def needs(self, req: RequestState, start: int, end: int, boundaries: list[int]) -> list[int]:
+        out = []
+        for pool in self.pools:
+            last = (end - 1) // pool.spec.tokens_per_page
+            out.append(last + 1 - len(req.tables[pool.spec.index]) + (self._cow(pool, req, start) >= 0))
+        return out
+
+    def place(self, req: RequestState, start: int, end: int, boundaries: list[int], out: Builder) -> None:
+        for i, pool in enumerate(self.pools):
+            spec, table = pool.spec, req.tables[pool.spec.index]
+            cow = self._cow(pool, req, start)
+            pages = np.arange(len(table), (end - 1) // spec.tokens_per_page + 1)
+            if cow >= 0:
+                pages = np.concatenate([[cow], pages])
+            objs = pool.reserve(len(pages), req.slot, pages * spec.tokens_per_page + self.ratio[i],
+                                (pages + 1) * spec.tokens_per_page)
+            if cow >= 0:
+                entries = (req.hit_tokens - cow * spec.tokens_per_page) // self.ratio[i]
+                out.copy(pool, table[cow], int(objs[0]), [entries] * len(spec.members))
+                table[cow], objs = int(objs[0]), objs[1:]
+            table.extend(objs)
+            self._describe(i, pool, req, start, end, out)
+
+    def _describe(self, i: int, pool: PagePool, req: RequestState, start: int, end: int, out: Builder) -> None:
+        """Block table and slots of tokens [start, end) (one array shared by the member pools)."""
+        spec, r = pool.spec, self.ratio[i]
+        pages = pool.slot[req.tables[spec.index].view()]
+        entries = np.arange((start + r) // r - 1, end // r)  # entries the tokens complete
+        slots = pages[entries // spec.entries_per_page].astype(np.int64) * spec.entries_per_page
+        out.share(pool, out.tables, pages)
+        out.share(pool, out.slots, slots + entries % spec.entries_per_page)
+
+    # ---------------------------------------------------------- commit / release
+
+    def commit(self, req: RequestState, before: int) -> None:
+        """Publish each page this commit completed whose blocks lack one; they refer to it from now on."""
+        for i, pool in enumerate(self.pools):
+            tpp = pool.spec.tokens_per_page
+            first, table = before // tpp, req.tables[pool.spec.index]
+            objs = table[first:req.computed // tpp].astype(np.intp)
+            mine = np.flatnonzero(self.owned(pool, req, objs)) if objs.size else objs
+            if mine.size:
+                self._publish(i, pool, req, objs[mine], mine + first, sealed=False)
+
+    def _publish(self, i: int, pool: PagePool, req: RequestState, objs: Index, pages: Index, sealed: bool) -> None:
+        """Objects `objs` (pages `pages` of the request) go to the blocks of their spans that lack one."""
+        per_page, chain = self.span[i], req.chain.view()
+        spans = (pages[:, None] * per_page + np.arange(per_page)).ravel()
+        inside = spans < len(chain)  # a sealed page covers only the blocks its rows complete
+        ids = chain[spans[inside]]
+        lacking = self._objects(ids, i) == NULL_OBJECT
+        counts = np.bincount(np.flatnonzero(inside)[lacking] // per_page, minlength=len(objs))
+        used = counts > 0
+        if sealed:
+            pool.step(objs[used], pool.ev[Event.SEAL], req.slot)
+            pool.step(objs[used], pool.ev[Event.PUBLISH], req.slot)
+        else:
+            self.publish_pinned(pool, req, objs[used])
+        self.shared.index.attach(ids[lacking].astype(np.intp), self.columns[i], np.repeat(objs, counts))
+
+    def release(self, req: RequestState) -> None:
+        for i, pool in enumerate(self.pools):
+            table = req.tables[pool.spec.index]
+            page = req.computed // pool.spec.tokens_per_page
+            if page < len(table):
+                self._keep_partial(i, pool, req, page)
+            self.abort_owned(pool, req, table.view())
+            self.unpin_all(pool, req)
+
+    def _keep_partial(self, i: int, pool: PagePool, req: RequestState, page: int) -> None:
+        """Seal and publish the page the request stopped in, if it holds rows some committed block lacks."""
+        obj = np.array([req.tables[pool.spec.index][page]], np.intp)
+        if not self.owned(pool, req, obj)[0] or req.computed < pool.row_token[obj[0]]:
+            return
+        if pool.state[obj[0]] != pool.s_reserved or req.computed // self.bt <= page * self.span[i]:
+            return
+        self._publish(i, pool, req, obj, np.array([page], np.intp), sealed=True)
+
+    def audit(self, req: RequestState) -> list[str]:
+        out = []
+        for i, pool in enumerate(self.pools):
+            need = int(self.pages_needed(i, np.array([req.computed // self.bt]))[0])
+            table = req.tables[pool.spec.index].view()
+            if len(table) < need or np.any(table[:need] == NULL_OBJECT):
+                out.append(f"request {req.rid} lacks {pool.name} pages its {req.computed} tokens need")
+        return out
+
+    # ---------------------------------------------------------- eviction
+
+    def blocks_pinned(self, blocks: NDArray[np.int32]) -> Bools:
+        pinned = np.zeros(len(blocks), np.bool_)
+        for i, pool in enumerate(self.pools):
+            pinned |= pool.leases[self._objects(blocks, i)] > 0  # the NULL object is never pinned
+        return pinned
+
+    def refs(self, points: NDArray[np.int32], point_pos: Index, blocks: NDArray[np.int32],
+             block_pos: Index) -> list[tuple[PagePool, NDArray[np.int32], Index]]:
+        return [(pool, self._objects(blocks, i), block_pos) for i, pool in enumerate(self.pools)]

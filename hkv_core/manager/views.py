@@ -1,0 +1,137 @@
+"""Read-only views of a manager's state, in executor terms (pools and pages), for tests and tools.
+
+Everything here copies; nothing returned aliases the manager's arrays.  A
+page's state is the state of the object placed in it (FREE when none);
+`snapshot` is a hashable fingerprint of everything a later call can depend
+on (tests assert that a failed call leaves it unchanged).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import numpy as np
+from numpy.typing import NDArray
+
+from hkv_core.manager.core import Core
+from hkv_core.manager.page_pool import NO_OWNER, NULL_OBJECT, PagePool
+from hkv_core.manager.requests import RequestState
+
+
+@attrs.frozen(kw_only=True)
+class PageView:
+    """Lifecycle facts of some pages of one pool (arrays aligned with `pages`)."""
+
+    pages: NDArray[np.int64]
+    states: tuple[str, ...]
+    versions: NDArray[np.int64]
+    leases: NDArray[np.int32]
+    holders: NDArray[np.int32]
+    copies: NDArray[np.int32]
+    owners: tuple[int | None, ...]  # request id owning each page's object (None: nobody)
+
+
+def pool_of(core: Core, name: str) -> PagePool:
+    pool = core.member.get(name)
+    assert pool is not None, f"no pool {name!r}; pools: {sorted(core.member)}"
+    return pool
+
+
+def pages(core: Core, name: str, which: NDArray[np.integer] | list[int] | None = None) -> PageView:
+    """Facts about pages `which` of pool `name` (all pages when None)."""
+    pool = pool_of(core, name)
+    ids = np.arange(len(pool.slot_object)) if which is None else np.asarray(which, np.int64)
+    objs = pool.slot_object[ids]
+    placed = objs != NULL_OBJECT
+    owners = tuple(_rid(core, int(s)) if ok else None for s, ok in zip(pool.owner[objs].tolist(), placed.tolist(),
+                                                                         strict=True))
+    states = tuple(pool.state_name(int(o)) for o in objs)
+    zero32 = np.zeros(len(ids), np.int32)
+    return PageView(pages=ids.copy(), states=states, versions=np.where(placed, pool.version[objs], -1),
+                    leases=np.where(placed, pool.leases[objs], zero32),
+                    holders=np.where(placed, pool.holders[objs], zero32),
+                    copies=np.where(placed, pool.copies[objs], zero32), owners=owners)
+
+
+def _rid(core: Core, slot: int) -> int | None:
+    req = core.requests.by_slot[slot] if slot != NO_OWNER else None
+    return None if req is None else req.rid
+
+
+def free_pages(core: Core, name: str) -> int:
+    return pool_of(core, name).free_count
+
+
+def pool_pages(core: Core, name: str) -> int:
+    """Real pages of pool `name` (the NULL page not counted)."""
+    return pool_of(core, name).spec.pages - 1
+
+
+def pinned(core: Core, req: RequestState) -> dict[str, dict[int, int]]:
+    """Per pool: the pages the request's lease lists and the version each had when pinned."""
+    out = {}
+    for pool in core.pools:
+        pins = req.pins[pool.spec.index]
+        listed = dict(zip(pool.slot[pins.objs.view()].tolist(), pins.versions.view().tolist(), strict=True))
+        for member in pool.spec.members:
+            out[member.name] = dict(listed)
+    return out
+
+
+def owned(core: Core, req: RequestState) -> dict[str, list[int]]:
+    """Per pool: the pages whose objects the request owns (private, not yet published), ascending."""
+    out = {}
+    for pool in core.pools:
+        mine = np.flatnonzero(pool.owner == req.slot)
+        for member in pool.spec.members:
+            out[member.name] = sorted(pool.slot[mine].tolist())
+    return out
+
+
+def tables(core: Core, req: RequestState) -> dict[str, list[int]]:
+    """Per pool: the request's page table (pages; NULL where released)."""
+    out = {}
+    for pool in core.pools:
+        listed = pool.slot[req.tables[pool.spec.index].view()].tolist()
+        for member in pool.spec.members:
+            out[member.name] = list(listed)
+    return out
+
+
+def index_counts(core: Core) -> dict[str, int]:
+    """How many blocks, resume points and keys the index holds."""
+    return {"blocks": core.index.blocks.live, "points": core.index.points.live, "keys": core.index.keys.count}
+
+
+def indexed_prefix_blocks(core: Core, keys: NDArray[np.uint64]) -> int:
+    """How many leading blocks of a key chain are indexed."""
+    return len(core.index.matched(keys))
+
+
+def snapshot(core: Core) -> tuple[Any, ...]:
+    """A hashable fingerprint of all mutable state (pools, index, requests, plans), eviction order included."""
+    pools = tuple((p.state.tobytes(), p.version.tobytes(), p.leases.tobytes(), p.copies.tobytes(),
+                   p.holders.tobytes(), p.owner.tobytes(), p.slot.tobytes(), p.full_token.tobytes(),
+                   p.free_slots[:p.free_slot_count].tobytes(), p.free_objects[:p.free_object_count].tobytes())
+                  for p in core.pools)
+    b, pt = core.index.blocks, core.index.points
+    live, kept = np.flatnonzero(b.state != b.s_free), np.flatnonzero(pt.state != pt.s_free)
+    index = (live.tobytes(), b.key[live].tobytes(), b.parent[live].tobytes(), b.children[live].tobytes(),
+             b.point[live].tobytes(), b.version.tobytes(), b.reserved, pt.reserved, kept.tobytes(),
+             pt.block[kept].tobytes(), pt.version.tobytes(),
+             tuple(c[live].tobytes() for _, c in b.refs), tuple(c[kept].tobytes() for _, c in pt.refs),
+             getattr(core.index.policy, "order", lambda: np.zeros(0))().tobytes(), core.index.keys.count)
+    reqs = tuple(_request_snapshot(r) for r in sorted(core.requests.live(), key=lambda r: r.rid))
+    plans = tuple(sorted((k, v.request_id, tuple((lane, o.tobytes()) for lane, o in v.fills))
+                         for k, v in core.plans.items()))
+    return pools, index, reqs, plans, core.requests.next_rid, core.next_plan, tuple(sorted(core.stats.items()))
+
+
+def _request_snapshot(r: RequestState) -> tuple[Any, ...]:
+    return (r.rid, r.slot, r.computed, r.allocated, r.hit_tokens, r.acquired, r.tokens.tobytes(),
+            r.chain.view().tobytes(), tuple(t.view().tobytes() for t in r.tables),
+            tuple((p.objs.view().tobytes(), p.versions.view().tobytes()) for p in r.pins),
+            tuple(r.window_floor), tuple(r.pending_points),
+            tuple(sorted((b, o.tobytes()) for b, o in r.snapshots.items())), tuple(sorted(r.tail_sources.items())),
+            r.block_rows, r.point_rows, tuple(sorted(r.plans)), r.failed_plan)
