@@ -11,8 +11,6 @@ FILLING until `complete(plan_id)`.
 
 from __future__ import annotations
 
-import numpy as np
-
 from hkv_core.errors import OutOfPages
 from hkv_core.manager import evict, retention
 from hkv_core.manager.core import Core, PlanRecord

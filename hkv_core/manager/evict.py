@@ -81,11 +81,12 @@ def _chunk_units(core: Core, walk: Walk, chunk: Blocks, live: NDArray[np.bool_])
 def _freed(walk: Walk, pool: PagePool, objs: NDArray[np.int32], at: Index) -> Index:
     """Positions at which `objs` (one reference dropped each, at `at`) lose their last reference, unpinned."""
     real = objs != NULL_OBJECT
-    objs, at = objs[real].astype(np.intp), at[real]
-    if not objs.size:
+    ids, at = objs[real].astype(np.intp), at[real]
+    if not ids.size:
         return at
-    order = np.lexsort((at, objs))
-    o, p = objs[order], at[order]
+    order = np.lexsort((at, ids))
+    o: Index = ids[order]
+    p: Index = at[order]
     first = np.ones(len(o), np.bool_)
     first[1:] = o[1:] != o[:-1]
     index = np.arange(len(o))
@@ -96,7 +97,8 @@ def _freed(walk: Walk, pool: PagePool, objs: NDArray[np.int32], at: Index) -> In
     last[:-1] = first[1:]
     pool.vdrop[o[last]] += rank[last].astype(np.int32)
     walk.touched.append((pool, o[last]))
-    return p[free]
+    frees: Index = p[free]
+    return frees
 
 
 def _cut(walk: Walk, needs: list[int]) -> int | None:

@@ -85,9 +85,9 @@ def build_lanes(layout: Layout, config: ManagerConfig) -> tuple[LaneSpec, ...]:
         _check_geometry(spec, role, layout.block_tokens)
         groups.setdefault(_lane_key(spec, role, config.pages_of(spec.name), window), []).append(spec)
     lanes = []
-    for index, (key, members) in enumerate(groups.items()):
-        first, role = members[0], key[0]
-        assert isinstance(role, PoolRole)
+    for index, members in enumerate(groups.values()):
+        first = members[0]
+        role = ROLE_OF[(first.object_kind, first.entry_kind)]
         name = first.name if len(members) == 1 else "+".join(m.name for m in members)
         lanes.append(LaneSpec(index=index, name=name, role=role, kind=first.object_kind.value,
                               members=tuple(members), pages=config.pages_of(first.name) + 1,

@@ -63,6 +63,13 @@ class CacheManager:
         self.core = Core(layout, config or ManagerConfig())
         self._lock = threading.RLock()
 
+    def clone(self) -> CacheManager:
+        """An independent manager with a copy of this one's whole state (for model checking and tests)."""
+        with self._lock:
+            twin = CacheManager.__new__(CacheManager)
+            twin.core, twin._lock = self.core.clone(), threading.RLock()
+            return twin
+
     @property
     def layout(self) -> Layout:
         return self.core.layout

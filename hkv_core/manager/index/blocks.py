@@ -41,7 +41,8 @@ class BlockTable(EntryTable):
 
     def objects(self, rows: NDArray[np.integer], col: int) -> NDArray[np.int32]:
         """The objects of prefix page pool `col` covering `rows` (NULL_OBJECT where none yet)."""
-        return self.refs[col][1][rows, 0]
+        found: NDArray[np.int32] = self.refs[col][1][rows, 0]
+        return found
 
     def index_chain(self, keys: NDArray[np.uint64], parent: int) -> Index:
         """New INDEXED blocks for consecutive keys, each the parent of the next, under `parent`."""

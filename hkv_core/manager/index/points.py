@@ -37,7 +37,8 @@ class PointTable(EntryTable):
 
     def objects(self, rows: NDArray[np.integer], col: int) -> NDArray[np.int32]:
         """The objects column `col` lists for `rows`, shape (len(rows), width)."""
-        return self.refs[col][1][rows]
+        found: NDArray[np.int32] = self.refs[col][1][rows]
+        return found
 
     def keep(self, blocks: NDArray[np.integer], tokens: NDArray[np.integer],
              objects: list[NDArray[np.int32]]) -> Index:
