@@ -34,8 +34,10 @@ def verify(core: Core, req: RequestState, hit: Hit) -> list[Index]:
     _check_point(core, req, hit, point)
     objs = hit_objects(core, ids, point)
     for pool, got in zip(core.pools, objs, strict=True):
+        slots, stamps = pool.slot[got], pool.version[got]
+        published = pool.state[got] == pool.s_published
         for member in pool.spec.members:
-            _check_pages(req, hit, member.name, pool, got)
+            _check_pages(req, hit, member.name, pool, got, slots, stamps, published)
     return objs
 
 
@@ -67,9 +69,9 @@ def _check_point(core: Core, req: RequestState, hit: Hit, point: int) -> None:
                      found_state=points.table.states[int(points.state[found])] if found != NO_POINT else "NONE")
 
 
-def _check_pages(req: RequestState, hit: Hit, name: str, pool: PagePool, objs: Index) -> None:
-    """The hit lists exactly the pages of `objs` for member pool `name`, at their versions, each PUBLISHED."""
-    slots, stamps, published = pool.slot[objs], pool.version[objs], pool.state[objs] == pool.s_published
+def _check_pages(req: RequestState, hit: Hit, name: str, pool: PagePool, objs: Index, slots: NDArray[np.int32],
+                 stamps: NDArray[np.int64], published: NDArray[np.bool_]) -> None:
+    """The hit lists exactly the pages `slots` of `objs` for member pool `name`, at `stamps`, each PUBLISHED."""
     listed = hit.pages.get(name, np.zeros(0, np.int32))
     recorded = hit.versions.get(name, np.zeros(0, np.int64))
     if listed.shape != slots.shape or recorded.shape != slots.shape:

@@ -131,9 +131,9 @@ def pages_of(core: Core, objs: list[Index]) -> tuple[dict[str, NDArray[np.int32]
     """Per member pool: the device pages of the objects and their versions (fresh arrays)."""
     pages, versions = {}, {}
     for pool, got in zip(core.pools, objs, strict=True):
-        slots, stamps = pool.slot[got], pool.version[got]
+        slots, stamps = pool.slot[got], pool.version[got]  # fresh arrays, shared by the members (read-only)
         for member in pool.spec.members:
-            pages[member.name], versions[member.name] = slots.copy(), stamps.copy()
+            pages[member.name], versions[member.name] = slots, stamps
     return pages, versions
 
 

@@ -166,20 +166,21 @@ class PagePool:
     # ------------------------------------------------------------------ compound uses
 
     def settle(self, objs: Index) -> None:
-        """Objects that just lost index references or pins: free what nobody holds or pins any more.
+        """Distinct objects that just lost index references or pins: free what nobody holds or pins any more.
 
         PUBLISHED and unreferenced: evicted when unpinned, retired (if the kind
         retires) while a request still pins it; RETIRED and unpinned: reclaimed.
         """
-        if not objs.size:
+        state = self.state[objs]
+        loose = (self.holders[objs] == 0) & (state == self.s_published)
+        retired = state == self.s_retired
+        if not np.count_nonzero(loose | retired):
             return
-        objs = np.unique(objs)
-        state, idle = self.state[objs], (self.leases[objs] == 0) & (self.copies[objs] == 0)
-        loose = (state == self.s_published) & (self.holders[objs] == 0)
+        idle = (self.leases[objs] == 0) & (self.copies[objs] == 0)
         self.step(objs[loose & idle], self.ev[Event.EVICT])
         if self.s_retired >= 0:
             self.step(objs[loose & ~idle], self.ev[Event.RETIRE])
-            self.step(objs[(state == self.s_retired) & idle], self.ev[Event.RECLAIM])
+            self.step(objs[retired & idle], self.ev[Event.RECLAIM])
 
     def lease_mark(self, pinned: NDArray[np.integer], objs: Index) -> NDArray[np.bool_]:
         """Which of `objs` appear in `pinned` (one request's lease list): two scatters, no sort."""

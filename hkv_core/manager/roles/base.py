@@ -170,6 +170,6 @@ class Role:
         pool.settle(objs)
 
     def abort_owned(self, pool: PagePool, req: RequestState, objs: NDArray[np.integer]) -> None:
-        """Give back the objects of `objs` the request still owns."""
-        objs = objs[objs != NULL_OBJECT]
-        pool.step(np.unique(objs[self.owned(pool, req, objs)]).astype(np.intp), pool.ev[Event.ABORT], req.slot)
+        """Give back the objects of `objs` (distinct apart from NULL entries) the request still owns."""
+        mine = objs[pool.owner[objs] == np.int32(req.slot)]  # the NULL object is never owned
+        pool.step(mine.astype(np.intp), pool.ev[Event.ABORT], req.slot)

@@ -32,6 +32,8 @@ class PrefixRole(Role):
         self.span = [p.spec.tokens_per_page // self.bt for p in pools]  # blocks per page
         self.ratio = [max(1, p.spec.compress_ratio) for p in pools]
         self.lcm_tokens = math.lcm(self.bt, *(p.spec.tokens_per_page for p in pools))
+        empty = (np.zeros(0, np.int64), np.zeros(0, np.bool_))
+        self._cache: list[tuple[NDArray[np.int64], NDArray[np.bool_]]] = [empty for _ in pools]
 
     def _objects(self, ids: NDArray[np.integer], i: int) -> NDArray[np.int32]:
         return self.shared.index.blocks.objects(ids, self.columns[i])
@@ -42,36 +44,45 @@ class PrefixRole(Role):
         entries = blocks * self.bt // self.ratio[i]
         return np.asarray(-(-entries // spec.entries_per_page))
 
+    def _geometry(self, i: int, top: int) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
+        """Per candidate b in [0, top]: whole pages read at b, and whether b reads no partial page
+        (static per pool: cached and grown by doubling)."""
+        whole, exact = self._cache[i]
+        if len(whole) <= top:
+            b = np.arange(max(2 * len(whole), top + 1))
+            need, full = self.pages_needed(i, b), b // self.span[i]
+            whole, exact = np.minimum(need, full), need <= full
+            self._cache[i] = (whole, exact)
+        return whole, exact
+
     # ---------------------------------------------------------- match / acquire
 
     def conditions(self, ids: NDArray[np.int32], lo: int) -> list[Condition]:
         """Every page needed at b is indexed: whole pages at their span's last block, a partial one at b - 1."""
-        b = np.arange(lo, len(ids) + 1)
-        out = []
+        n, out = len(ids), []
         for i, pool in enumerate(self.pools):
+            whole, exact = self._geometry(i, n)
             ok = self._objects(ids, i) != NULL_OBJECT
-            previous = ok[lo - 1:] if lo else np.concatenate([[True], ok])  # block b - 1
-            per_page = self.span[i]
-            need, full = self.pages_needed(i, b), b // per_page
-            whole = np.minimum(need, full)  # whole pages read at b: nondecreasing in b
-            page_ok = ok[per_page - 1::per_page]  # each whole page, at its last block
-            first = int(whole[0])
-            before = np.concatenate([[bool(page_ok[:first].all())], page_ok[first:]])
-            np.logical_and.accumulate(before, out=before)
-            usable = before[whole - first] & ((need <= full) | previous)
-            if lo == 0:
-                usable[0] = True  # resuming at 0 needs nothing
+            bad = np.flatnonzero(~ok[self.span[i] - 1::self.span[i]])  # whole pages missing at their last block
+            good = int(bad[0]) if bad.size else n  # pages present from page 0 on
+            previous = np.empty(n + 1 - lo, np.bool_)  # block b - 1 has the partial page
+            previous[lo == 0:] = ok[max(lo, 1) - 1:]
+            previous[0] |= lo == 0
+            usable = (whole[lo:n + 1] <= good) & (exact[lo:n + 1] | previous)
             out.append(("multi_group", MISSING_CODE[pool.spec.kind], pool.name, usable))
         if not self.shared.config.allow_partial_page_copy:
+            b = np.arange(lo, n + 1)
             out.append(("whole_block", "LCM_ROUNDED", f"lcm={self.lcm_tokens}", b * self.bt % self.lcm_tokens == 0))
         return out
 
     def hit_objects(self, ids: NDArray[np.int32], point: int) -> list[Index]:
         b, out = len(ids), []
-        for i in range(len(self.pools)):
+        for i, pool in enumerate(self.pools):
             per_page = self.span[i]
-            need = int(self.pages_needed(i, np.array([b]))[0])
-            ends = np.minimum(np.arange(per_page, (need + 1) * per_page, per_page), b) - 1
+            need = -(-(b * self.bt // self.ratio[i]) // pool.spec.entries_per_page)
+            ends = np.arange(per_page - 1, need * per_page, per_page)
+            if need and need * per_page > b:
+                ends[-1] = b - 1  # the partial page, at the hit's last block
             out.append(self._objects(ids[ends], i).astype(np.intp))
         return out
 

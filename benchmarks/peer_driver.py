@@ -1,0 +1,127 @@
+"""hkv's driver for the peer benchmark harness (../shared/peers/bench_peers.py), kept in the project.
+
+The harness uses this class instead of its built-in one when it runs from the
+project root (it injects `BS`, `np` and `now`).  Same workload and phases as
+the built-in driver; what differs is the API: an allocation that must copy
+(the working compressor tail seeded from the hit's snapshot) returns a plan,
+which an engine hands to its executor and completes; there is no executor
+here (the peers move no bytes either), so the plan is completed at once.
+Token lists go to add_request as they are (it converts them itself).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy
+
+from hkv_core.layout import Layout
+from hkv_core.manager import CacheManager, ManagerConfig
+from hkv_core.plan import Completion
+
+# The harness sets these on the module before running it; the defaults are its values.
+BS: int = globals().get("BS", 16)
+np: Any = globals().get("np", numpy)
+now: Any = globals().get("now", time.perf_counter)
+DONE = Completion()
+HKV_SUBPHASES = ("convert", "add_request", "match", "acquire", "allocate", "commit", "release")
+
+
+class HkvEngine:
+    """hkv CacheManager driven like the harness's built-in driver (see the harness for the phases)."""
+
+    PRESETS = {"hkv": "llama_full", "hkv-v4": "deepseek_v4_flash"}
+
+    def __init__(self, pool_blocks: int, max_model_len: int, kind: str = "hkv") -> None:
+        self.name, self.preset = kind, self.PRESETS[kind]
+        layout = Layout.from_preset(self.preset, block_tokens=BS)
+        self.m = CacheManager(layout, ManagerConfig(default_pool_pages=pool_blocks, seed=1,
+                                                    max_request_tokens=max(max_model_len, 1 << 21)))
+        self.sub = dict.fromkeys(HKV_SUBPHASES, 0.0)
+        self.stats = self.m.core.stats
+        self.n_pools = len(layout.pools)
+
+    def coordinator_name(self) -> str:
+        return f"CacheManager({self.preset}, {self.n_pools} pools)"
+
+    def _allocate(self, rid: int, count: int) -> None:
+        plan = self.m.allocate(rid, count).plan
+        if plan is not None:
+            self.m.complete(plan.plan_id, DONE)
+
+    def run_request(self, tokens: list[int], times: list[float]) -> int:
+        m, sub = self.m, self.sub
+        t0 = now()
+        rid = m.add_request(tokens)  # converts the list and hashes the prompt
+        t1 = now()
+        hit = m.match(rid)
+        tb = now()
+        m.acquire(rid, hit)
+        t2 = now()
+        todo = len(tokens) - hit.tokens
+        self._allocate(rid, todo)
+        tc = now()
+        m.commit(rid, todo)
+        t3 = now()
+        m.release(rid)
+        t4 = now()
+        times[0] += t1 - t0
+        times[1] += t2 - t1
+        times[2] += t3 - t2
+        times[3] += t4 - t3
+        sub["add_request"] += t1 - t0
+        sub["match"] += tb - t1
+        sub["acquire"] += t2 - tb
+        sub["allocate"] += tc - t2
+        sub["commit"] += t3 - tc
+        sub["release"] += t4 - t3
+        return hit.tokens
+
+    def w2(self, tokens: list[int]) -> dict[str, float]:
+        m, r, n = self.m, {}, len(tokens)
+        t0 = now()
+        arr = np.asarray(tokens)
+        r["convert_s"] = now() - t0
+        t0 = now()
+        m.core.hasher.hash_blocks(arr)
+        r["hash_only_s"] = now() - t0
+        t0 = now()
+        rid = m.add_request(arr)
+        r["hash_s"] = now() - t0
+        t0 = now()
+        hit = m.match(rid)
+        m.acquire(rid, hit)
+        r["miss_lookup_s"] = now() - t0
+        t0 = now()
+        self._allocate(rid, n - hit.tokens)
+        r["alloc_only_s"] = now() - t0
+        t0 = now()
+        m.commit(rid, n - hit.tokens)
+        r["commit_s"] = now() - t0
+        r["alloc_s"] = r["alloc_only_s"] + r["commit_s"]
+        t0 = now()
+        m.release(rid)
+        r["release_s"] = now() - t0
+        t0 = now()
+        arr2 = np.asarray(tokens)
+        r["convert2_s"] = now() - t0
+        t0 = now()
+        rid2 = m.add_request(arr2)
+        r["hash2_s"] = now() - t0
+        t0 = now()
+        hit = m.match(rid2)
+        r["hit_lookup_s"] = now() - t0
+        r["hit_tokens"] = hit.tokens
+        t0 = now()
+        m.acquire(rid2, hit)
+        r["hit_acquire_s"] = now() - t0
+        t0 = now()
+        self._allocate(rid2, n - hit.tokens)
+        m.commit(rid2, n - hit.tokens)
+        r["hit_alloc_commit_s"] = now() - t0
+        r["hit_alloc_s"] = r["hit_acquire_s"] + r["hit_alloc_commit_s"]
+        t0 = now()
+        m.release(rid2)
+        r["release2_s"] = now() - t0
+        return r
