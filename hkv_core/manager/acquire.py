@@ -5,7 +5,7 @@ blocks and resume point read from the index (the same `hit_objects` match
 uses) and refuses the hit with StaleLease when a block or the point left the
 index or was recycled, when an object's version or state moved, or when the
 pages the hit lists are not the pages the index holds for it.  Only then does
-it pin, through the lifecycle table, and seed the request's tables.
+it pin them all in one lifecycle step, and seed the request's tables.
 """
 
 from __future__ import annotations
@@ -13,12 +13,13 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from hkv_core.arrays import any_true
 from hkv_core.errors import StaleLease
 from hkv_core.manager.core import Core
 from hkv_core.manager.id_list import IdList
 from hkv_core.manager.index import NO_POINT
 from hkv_core.manager.match import hit_objects, point_of
-from hkv_core.manager.page_pool import PagePool
+from hkv_core.manager.page_pools import PagePools
 from hkv_core.manager.records import Hit
 from hkv_core.manager.requests import RequestState
 from hkv_core.spec.names import Event, State
@@ -33,11 +34,15 @@ def verify(core: Core, req: RequestState, hit: Hit) -> list[Index]:
     point = point_of(core, ids)
     _check_point(core, req, hit, point)
     objs = hit_objects(core, ids, point)
+    o = core.objects
     for pool, got in zip(core.pools, objs, strict=True):
-        slots, stamps = pool.slot[got], pool.version[got]
-        published = pool.state[got] == pool.s_published
+        slots, stamps, published = o.slot[got], o.version[got], o.published[o.code[got]]
+        checked: tuple[object, object] = (None, None)
         for member in pool.spec.members:
-            _check_pages(req, hit, member.name, pool, got, slots, stamps, published)
+            listed = (hit.pages.get(member.name), hit.versions.get(member.name))
+            if listed[0] is not checked[0] or listed[1] is not checked[1]:  # members share one array per pool
+                _check_pages(req, hit, member.name, o, got, slots, stamps, published)
+                checked = listed
     return objs
 
 
@@ -48,7 +53,7 @@ def _check_blocks(core: Core, req: RequestState, hit: Hit) -> None:
         return
     moved = ((blocks.state[ids] != blocks.s_indexed) | (blocks.version[ids] != hit.block_versions)
              | np.any(blocks.key[ids] != req.keys[:len(ids)], axis=1))
-    if np.count_nonzero(moved):
+    if any_true(moved):
         i = int(np.flatnonzero(moved)[0])
         raise StaleLease(pool="block", page=int(ids[i]), expected_version=int(hit.block_versions[i]),
                          found_version=int(blocks.version[ids[i]]), request_id=req.rid,
@@ -69,7 +74,7 @@ def _check_point(core: Core, req: RequestState, hit: Hit, point: int) -> None:
                      found_state=points.table.states[int(points.state[found])] if found != NO_POINT else "NONE")
 
 
-def _check_pages(req: RequestState, hit: Hit, name: str, pool: PagePool, objs: Index, slots: NDArray[np.int32],
+def _check_pages(req: RequestState, hit: Hit, name: str, o: PagePools, objs: Index, slots: NDArray[np.int32],
                  stamps: NDArray[np.int64], published: NDArray[np.bool_]) -> None:
     """The hit lists exactly the pages `slots` of `objs` for member pool `name`, at `stamps`, each PUBLISHED."""
     listed = hit.pages.get(name, np.zeros(0, np.int32))
@@ -78,24 +83,24 @@ def _check_pages(req: RequestState, hit: Hit, name: str, pool: PagePool, objs: I
         raise StaleLease(pool=name, page=-1, expected_version=-1, found_version=-1, request_id=req.rid,
                          expected_state=f"{len(slots)} pages", found_state=f"{len(listed)} pages listed by the hit")
     moved = (listed != slots) | (recorded != stamps) | ~published
-    if np.count_nonzero(moved):
+    if any_true(moved):
         i = int(np.flatnonzero(moved)[0])
         raise StaleLease(pool=name, page=int(listed[i]), expected_version=int(recorded[i]),
                          found_version=int(stamps[i]) if listed[i] == slots[i] else -1, request_id=req.rid,
-                         found_state=pool.state_name(int(objs[i])) if listed[i] == slots[i] else "NOT_THIS_HIT")
+                         found_state=o.state_name(int(objs[i])) if listed[i] == slots[i] else "NOT_THIS_HIT")
 
 
 def acquire(core: Core, req: RequestState, hit: Hit) -> None:
-    """Pin the hit for the request and seed its tables and chain from it."""
+    """Pin the hit for the request (one step over every pool) and seed its tables and chain from it."""
     objs = verify(core, req, hit)
-    for pool, got in zip(core.pools, objs, strict=True):
-        pool.step(got, pool.ev[Event.PIN], req.slot)
-        req.pins[pool.spec.index].add(got, pool.version[got])
+    every = np.concatenate(objs) if len(objs) > 1 else objs[0]
+    core.objects.step(every, Event.PIN, req.slot)
+    req.pins.add(every, core.objects.version[every])
     req.hit_tokens = hit.tokens
     core.requests.set_committed(req, hit.tokens)
     req.allocated = hit.tokens
     req.chain = IdList(hit.block_ids)
     for role in core.roles:
-        role.seed(req, [objs[p.spec.index] for p in role.pools])
+        role.seed(req, [objs[p.index] for p in role.pools])
     core.index.touch(hit.block_ids)
     req.acquired = True

@@ -1,15 +1,18 @@
 """Allocate: pages, slot mappings and copy plan for a request's next tokens, all or nothing.
 
-What the tokens need is counted first (pages per page pool, block rows for
+What the tokens need is counted first (objects per page pool, block rows for
 the blocks they complete, point rows for the points they keep); if anything
 is short the manager evicts (LRU, dependency aware) rather than growing; if
-still short, OutOfPages is raised and nothing changed (F8).  The copies the
-tokens need first (copy-on-write of the hit's partial page, seeding the
-working tail) are issued as one plan with an id; the copies' targets are
-FILLING until `complete(plan_id)`.
+still short, OutOfPages is raised and nothing changed (F8).  The objects of
+every pool are reserved in one lifecycle step.  The copies the tokens need
+first (copy-on-write of the hit's partial page, seeding the working tail)
+are issued as one plan with an id; the copies' targets are FILLING until
+`complete(plan_id)`.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from hkv_core.errors import OutOfPages
 from hkv_core.manager import evict, retention
@@ -17,21 +20,22 @@ from hkv_core.manager.core import Core, PlanRecord
 from hkv_core.manager.records import Allocation
 from hkv_core.manager.requests import RequestState
 from hkv_core.manager.roles import Builder
+from hkv_core.manager.roles.base import Demand
 from hkv_core.plan import Plan
 from hkv_core.spec.names import Event
 
 BLOCK_ROWS, POINT_ROWS = "block index", "resume-point index"  # OutOfPages.pool for the index tables
 
 
-def needs(core: Core, req: RequestState, start: int, end: int) -> tuple[list[int], int, int, list[int]]:
-    """(pages per page pool, block rows, point rows, boundaries of the points) tokens [start, end) need."""
+def needs(core: Core, req: RequestState, start: int, end: int) -> tuple[list[Demand], int, int, list[int]]:
+    """(demand per page pool, block rows, point rows, boundaries of the points) tokens [start, end) need."""
     boundaries = retention.retained_between(core, req, start, end)
-    pages = [0] * len(core.pools)
+    demands: list[Demand] = [(0, np.zeros(0, np.int64), np.zeros(0, np.int64))] * len(core.pools)
     for role in core.roles:
-        for pool, count in zip(role.pools, role.needs(req, start, end, boundaries), strict=True):
-            pages[pool.spec.index] = count
+        for pool, demand in zip(role.pools, role.demands(req, start, end, boundaries), strict=True):
+            demands[pool.index] = demand
     blocks = max(0, end // core.block_tokens - len(req.chain) - req.block_rows)
-    return pages, blocks, len(boundaries), boundaries
+    return demands, blocks, len(boundaries), boundaries
 
 
 def fits(core: Core, pages: list[int], blocks: int, points: int) -> bool:
@@ -43,12 +47,14 @@ def fits(core: Core, pages: list[int], blocks: int, points: int) -> bool:
 def allocate(core: Core, req: RequestState, num_tokens: int) -> Allocation:
     """Pages for tokens [allocated, allocated + n); a request that never acquired starts at 0."""
     start, end = req.allocated, req.allocated + num_tokens
-    pages, blocks, points, boundaries = needs(core, req, start, end)
+    demands, blocks, points, boundaries = needs(core, req, start, end)
+    pages = [d[0] for d in demands]
     if not fits(core, pages, blocks, points) and not evict.evict_for(core, pages, blocks, points):
         raise _short(core, pages, blocks, points)
+    got = core.objects.reserve(demands, req.slot)
     out = Builder()
     for role in core.roles:
-        role.place(req, start, end, boundaries, out)
+        role.place(req, start, end, boundaries, [got[p.index] for p in role.pools], out)
     core.index.reserve(blocks, points)
     req.block_rows += blocks
     req.point_rows += points
@@ -64,9 +70,9 @@ def _issue(core: Core, req: RequestState, out: Builder, start: int, num_tokens: 
     if not out.copies:
         return None
     plan_id, core.next_plan = core.next_plan, core.next_plan + 1
-    for pool, objs in out.fills:
-        pool.step(objs, pool.ev[Event.FILL], req.slot)
-    core.plans[plan_id] = PlanRecord(request_id=req.rid, fills=[(p.spec.index, o) for p, o in out.fills])
+    fills = np.array(out.fills, np.intp)
+    core.objects.step(fills, Event.FILL, req.slot)
+    core.plans[plan_id] = PlanRecord(request_id=req.rid, fills=fills)
     req.plans.add(plan_id)
     core.stats["copies"] += len(out.copies)
     return Plan(ops=out.copies, request_id=req.rid, plan_id=plan_id, label=f"allocate {start}+{num_tokens}")

@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 
 from hkv_core.manager.core import Core
 from hkv_core.manager.index import NO_POINT
-from hkv_core.manager.page_pool import NULL_OBJECT, PagePool
+from hkv_core.manager.page_pools import NULL_OBJECT, PagePools
 
 Index = NDArray[np.intp]
 Blocks = NDArray[np.int32]
@@ -43,7 +43,7 @@ class Walk:
     blocks: list[Blocks] = attrs.field(factory=list)
     block_pos: list[Index] = attrs.field(factory=list)
     freed: list[list[Index]] = attrs.field(factory=list)  # per resource: positions of frees (pools, rows)
-    touched: list[tuple[PagePool, Index]] = attrs.field(factory=list)
+    touched: list[Index] = attrs.field(factory=list)
     units: int = 0
     base: int = 0
 
@@ -71,19 +71,24 @@ def _chunk_units(core: Core, walk: Walk, chunk: Blocks, live: NDArray[np.bool_])
     walk.blocks.append(dropped)
     walk.block_pos.append(b_pos)
     walk.units += len(points) + len(dropped)
-    for role in core.roles:
-        for pool, objs, at in role.refs(points, p_pos, dropped, b_pos):
-            walk.freed[pool.spec.index].append(_freed(walk, pool, objs, at))
+    refs = [r for role in core.roles for r in role.refs(points, p_pos, dropped, b_pos)]
+    if refs:
+        objs, at = np.concatenate([r[0] for r in refs]), np.concatenate([r[1] for r in refs])
+        freed, pos = _freed(walk, core.objects, objs, at)
+        pools = core.objects.pool[freed]
+        for p in range(len(core.pools)):
+            walk.freed[p].append(pos[pools == p])
     walk.freed[len(core.pools)].append(b_pos)
     walk.freed[len(core.pools) + 1].append(p_pos)
 
 
-def _freed(walk: Walk, pool: PagePool, objs: NDArray[np.int32], at: Index) -> Index:
-    """Positions at which `objs` (one reference dropped each, at `at`) lose their last reference, unpinned."""
+def _freed(walk: Walk, pool: PagePools, objs: NDArray[np.int32], at: Index) -> tuple[Index, Index]:
+    """Objects of `objs` (one reference dropped each, at `at`) that lose their last reference and nobody
+    pins, and the position at which each does."""
     real = objs != NULL_OBJECT
     ids, at = objs[real].astype(np.intp), at[real]
     if not ids.size:
-        return at
+        return ids, at
     order = np.lexsort((at, ids))
     o: Index = ids[order]
     p: Index = at[order]
@@ -96,9 +101,8 @@ def _freed(walk: Walk, pool: PagePool, objs: NDArray[np.int32], at: Index) -> In
     last = np.ones(len(o), np.bool_)
     last[:-1] = first[1:]
     pool.vdrop[o[last]] += rank[last].astype(np.int32)
-    walk.touched.append((pool, o[last]))
-    frees: Index = p[free]
-    return frees
+    walk.touched.append(o[last])
+    return o[free], p[free]
 
 
 def _cut(walk: Walk, needs: list[int]) -> int | None:
@@ -124,8 +128,8 @@ def _walk(core: Core, needs: list[int], max_units: int | None) -> Walk:
         _chunk_units(core, walk, chunk, live)
         if (max_units is not None and walk.units >= max_units) or (any(needs) and _cut(walk, needs) is not None):
             break
-    for pool, objs in walk.touched:
-        pool.vdrop[objs] = 0
+    for objs in walk.touched:
+        core.objects.vdrop[objs] = 0
     return walk
 
 
@@ -140,8 +144,7 @@ def _apply(core: Core, walk: Walk, cut: int | None, max_units: int | None) -> in
         points, blocks = points[p_pos <= cut], blocks[b_pos <= cut]
     core.index.drop_points(points.astype(np.intp))
     core.index.drop_blocks(blocks.astype(np.intp))
-    for pool, objs in core.index.take_unheld():
-        pool.settle(objs)
+    core.objects.settle(core.index.take_unheld())
     core.stats["evicted_points"] += len(points)
     core.stats["evicted_blocks"] += len(blocks)
     core.stats["evictions"] += 1
@@ -152,7 +155,7 @@ def _needs(core: Core, pages: list[int], blocks: int, points: int, slack: bool) 
     """What must be freed per resource (page pools, block rows, point rows), with the low-water margin."""
     shift = core.config.evict_slack_shift
     frees = [p.free_count for p in core.pools] + [core.index.blocks.available(), core.index.points.available()]
-    sizes = [p.spec.pages - 1 for p in core.pools] + [core.index.blocks.capacity, core.index.points.capacity]
+    sizes = [p.size for p in core.pools] + [core.index.blocks.capacity, core.index.points.capacity]
     out = []
     for need, free, size in zip([*pages, blocks, points], frees, sizes, strict=True):
         short = need - free

@@ -174,7 +174,8 @@ class CacheManager:
         recorded (what an executor calls at launch, under this manager's lock)."""
         for check in plan.checks():
             pool = self.core.member.get(check.pool)
-            ok, found, state = pool.check_op(check.page, check.version) if pool else (False, -1, "NO_POOL")
+            ok, found, state = (self.core.objects.check_page(pool.index, check.page, check.version) if pool
+                                else (False, -1, "NO_POOL"))
             if not ok:
                 raise StaleLease(pool=check.pool, page=check.page, expected_version=check.version,
                                  found_version=found, request_id=plan.request_id, found_state=state)
@@ -185,10 +186,7 @@ class CacheManager:
         record = self.core.plans.pop(plan_id, None) if isinstance(plan_id, int) else None
         if record is None:
             raise UnknownPlan(plan_id=plan_id, action="complete")
-        event = Event.COPY_DONE if completion.ok else Event.COPY_FAIL
-        for lane, objs in record.fills:
-            pool = self.core.pools[lane]
-            pool.step(objs, pool.ev[event])
+        self.core.objects.step(record.fills, Event.COPY_DONE if completion.ok else Event.COPY_FAIL)
         req = self.core.requests.by_rid.get(record.request_id)
         if req is not None:
             req.plans.discard(plan_id)

@@ -20,9 +20,11 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from hkv_core.arrays import all_true
 from hkv_core.manager.core import Core
 from hkv_core.manager.index import NO_POINT
 from hkv_core.manager.limits import SEARCH_BLOCKS
+from hkv_core.manager.page_pools import NULL_OBJECT
 from hkv_core.manager.records import Hit, Reason
 from hkv_core.manager.requests import RequestState
 from hkv_core.manager.roles import Condition
@@ -101,26 +103,47 @@ def hit_objects(core: Core, ids: NDArray[np.int32], point: int) -> list[Index]:
     out: list[Index] = [np.zeros(0, np.intp)] * len(core.pools)
     for role in core.roles:
         for pool, objs in zip(role.pools, role.hit_objects(ids, point), strict=True):
-            out[pool.spec.index] = objs
+            out[pool.index] = objs
     return out
+
+
+def whole_chain_usable(core: Core, ids: NDArray[np.int32]) -> list[Index] | None:
+    """The objects of a hit over every matched block, when that longest candidate is usable as it is.
+
+    The usual case (a prompt whose cached prefix ends at a kept point): one
+    gather per pool decides it, and the fixed point is not needed.
+    """
+    if not len(ids) or not core.config.allow_partial_page_copy:
+        return None
+    point = point_of(core, ids)
+    if core.needs_points and point == NO_POINT:
+        return None
+    objs = hit_objects(core, ids, point)
+    return objs if all(all_true(got != NULL_OBJECT) for got in objs) else None
 
 
 def match(core: Core, req: RequestState) -> Hit:
     """Validate the request's longest cached prefix through all four layers."""
     ids, reasons = matched_blocks(core, req)
-    blocks, lowered = fixed_point(len(ids), *search(core, ids))
-    reasons += lowered
+    candidate = len(ids) * core.block_tokens
+    objs = whole_chain_usable(core, ids)
+    if objs is None:
+        blocks, lowered = fixed_point(len(ids), *search(core, ids))
+        reasons += lowered
+    else:
+        blocks = len(ids)
     rejected = reject_reasons(core) if blocks else []
     if rejected:
         blocks, reasons = 0, reasons + rejected
-    candidate = len(ids) * core.block_tokens
     tokens, ids = blocks * core.block_tokens, ids[:blocks]
     partial = bool(tokens) and any(role.partial(tokens) for role in core.roles)
     if tokens:
         code = "PARTIAL_PAGE_COPY" if partial else "LCM_BOUNDARY"
         reasons.append(Reason(layer="whole_block", code=code, detail=f"resume at {tokens} tokens"))
     point = point_of(core, ids)
-    pages, versions = pages_of(core, hit_objects(core, ids, point)) if tokens else ({}, {})
+    if tokens and (objs is None or blocks * core.block_tokens != candidate):
+        objs = hit_objects(core, ids, point)
+    pages, versions = pages_of(core, objs) if tokens and objs is not None else ({}, {})
     return Hit(request_id=req.rid, tokens=tokens, candidate_tokens=candidate, reasons=tuple(reasons),
                block_ids=ids.copy(), block_versions=core.index.blocks.version[ids], pages=pages,
                versions=versions, partial_copy=partial, point=point,
@@ -129,9 +152,9 @@ def match(core: Core, req: RequestState) -> Hit:
 
 def pages_of(core: Core, objs: list[Index]) -> tuple[dict[str, NDArray[np.int32]], dict[str, NDArray[np.int64]]]:
     """Per member pool: the device pages of the objects and their versions (fresh arrays)."""
-    pages, versions = {}, {}
+    pages, versions, o = {}, {}, core.objects
     for pool, got in zip(core.pools, objs, strict=True):
-        slots, stamps = pool.slot[got], pool.version[got]  # fresh arrays, shared by the members (read-only)
+        slots, stamps = o.slot[got], o.version[got]  # fresh arrays, shared by the members (read-only)
         for member in pool.spec.members:
             pages[member.name], versions[member.name] = slots, stamps
     return pages, versions

@@ -1,21 +1,34 @@
 """Release: a request ends; each role keeps what the index can use and gives back the rest.
 
 The prefix role seals and publishes the page the request stopped in (so its
-last resume point stays usable); every role then drops the request's pins
-and gives back the objects it still owns.  The chain moves to the back of
-the eviction order, deepest first, and the request's reserved index rows
-and slot are returned.
+last resume point stays usable), referred to by the blocks it completed;
+every pin of the request is dropped and every object it still owns is given
+back, each in one lifecycle step.  The chain moves to the back of the
+eviction order, deepest first, and the request's reserved index rows and
+slot are returned.
 """
 
 from __future__ import annotations
 
 from hkv_core.manager.core import Core
 from hkv_core.manager.requests import RequestState
+from hkv_core.manager.roles import Moves
+from hkv_core.spec.names import Event
 
 
 def release(core: Core, req: RequestState) -> None:
+    objects, moves = core.objects, Moves()
     for role in core.roles:
-        role.release(req)
+        role.finish(req, moves)
+    sealed = moves.take(Event.SEAL)
+    objects.step(sealed, Event.SEAL, req.slot)
+    objects.step(sealed, Event.PUBLISH, req.slot)
+    core.index.attach(moves.attach)
+    objects.step(moves.take(Event.ABORT), Event.ABORT, req.slot)
+    pinned = req.pins.objs
+    objects.step(pinned, Event.UNPIN, req.slot)
+    req.pins.clear()
+    objects.settle(pinned)
     core.index.unreserve(req.block_rows, req.point_rows)
     req.block_rows = req.point_rows = 0
     req.pending_points.clear()

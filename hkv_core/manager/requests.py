@@ -18,28 +18,50 @@ from hkv_core.manager.id_list import IdList, appended
 NO_SLOT = -1
 
 
-@attrs.define
 class PinList:
-    """The objects a request's lease lists in one page pool, and the version each had when pinned."""
+    """The objects a request's lease lists in one page pool, and the version each had when pinned.
 
-    objs: IdList = attrs.field(factory=IdList)
-    versions: IdList = attrs.field(factory=lambda: IdList(dtype=np.int64))
+    Kept as chunks (one per pinning call) and joined only when read, so a
+    pin costs a list append; `objs` / `versions` are the joined arrays.
+    """
+
+    __slots__ = ("_objs", "_versions")
+
+    def __init__(self, objs: list[NDArray[np.intp]] | None = None,
+                 versions: list[NDArray[np.int64]] | None = None) -> None:
+        self._objs = objs or []
+        self._versions = versions or []
 
     def add(self, objs: NDArray[np.integer], versions: NDArray[np.int64]) -> None:
-        self.objs.extend(objs)
-        self.versions.extend(versions)
+        if objs.size:
+            self._objs.append(objs.astype(np.intp, copy=False))
+            self._versions.append(versions)
+
+    def _joined(self) -> None:
+        if len(self._objs) > 1:
+            self._objs = [np.concatenate(self._objs)]
+            self._versions = [np.concatenate(self._versions)]
+
+    @property
+    def objs(self) -> NDArray[np.intp]:
+        self._joined()
+        return self._objs[0] if self._objs else np.zeros(0, np.intp)
+
+    @property
+    def versions(self) -> NDArray[np.int64]:
+        self._joined()
+        return self._versions[0] if self._versions else np.zeros(0, np.int64)
 
     def remove(self, drop: NDArray[np.bool_]) -> None:
-        """Forget the entries where `drop` is True."""
-        self.objs.keep(~drop)
-        self.versions.keep(~drop)
+        """Forget the entries where `drop` (aligned with `objs`) is True."""
+        objs, versions = self.objs, self.versions
+        self._objs, self._versions = [objs[~drop]], [versions[~drop]]
 
     def clear(self) -> None:
-        self.objs.clear()
-        self.versions.clear()
+        self._objs, self._versions = [], []
 
     def copy(self) -> PinList:
-        return PinList(self.objs.copy(), self.versions.copy())
+        return PinList(list(self._objs), list(self._versions))  # chunks are never written in place
 
 
 @attrs.define(kw_only=True)
@@ -59,7 +81,7 @@ class RequestState:
     acquired: bool = False
     chain: IdList = attrs.field(factory=IdList)  # block ids of blocks 0.. in the index
     tables: list[IdList] = attrs.field(factory=list)  # per page pool: prefix page / window block / working tail
-    pins: list[PinList] = attrs.field(factory=list)  # per page pool: what its lease lists
+    pins: PinList = attrs.field(factory=PinList)  # what its lease lists (objects of every pool)
     window_floor: list[int] = attrs.field(factory=list)  # per page pool: window blocks below are released
     pending_points: list[int] = attrs.field(factory=list)  # boundaries allocated, not yet committed (ascending)
     snapshots: dict[int, NDArray[np.intp]] = attrs.field(factory=dict)  # boundary -> tail object per tail pool
@@ -74,7 +96,6 @@ class RequestState:
     def __attrs_post_init__(self) -> None:
         if not self.tables:
             self.tables = [IdList() for _ in range(self.lanes)]
-            self.pins = [PinList() for _ in range(self.lanes)]
             self.window_floor = [0] * self.lanes
 
     def extend(self, tokens: NDArray[np.int64], keys: NDArray[np.uint64]) -> None:
@@ -86,7 +107,7 @@ class RequestState:
         """Token and key arrays are copied: decoding appends in place into their room."""
         return attrs.evolve(self, tokens=self.tokens.copy(), keys=self.keys.copy(), token_room=None, key_room=None,
                             chain=self.chain.copy(), tables=[t.copy() for t in self.tables],
-                            pins=[p.copy() for p in self.pins], window_floor=list(self.window_floor),
+                            pins=self.pins.copy(), window_floor=list(self.window_floor),
                             pending_points=list(self.pending_points),
                             snapshots={b: o.copy() for b, o in self.snapshots.items()},
                             tail_sources=dict(self.tail_sources), plans=set(self.plans))
@@ -126,10 +147,10 @@ class RequestTable:
         req.computed = tokens
         self.committed[req.slot] = tokens
 
-    def pinned(self, slot: int, lane: int) -> NDArray[np.int32]:
-        """The objects request `slot`'s lease lists in page pool `lane`."""
+    def pinned(self, slot: int) -> NDArray[np.intp]:
+        """The objects request `slot`'s lease lists."""
         req = self.by_slot[slot] if 0 <= slot < self.max_requests else None
-        return req.pins[lane].objs.view() if req is not None else np.zeros(0, np.int32)
+        return req.pins.objs if req is not None else np.zeros(0, np.intp)
 
     def chain_tails(self) -> NDArray[np.int32]:
         """The last block of every live request's chain."""

@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hkv_core.manager.core import Core
-from hkv_core.manager.page_pool import NO_OWNER, NULL_OBJECT, PagePool
+from hkv_core.manager.page_pools import NO_OWNER, NULL_OBJECT, PoolSlots
 from hkv_core.manager.requests import RequestState
 
 
@@ -32,7 +32,7 @@ class PageView:
     owners: tuple[int | None, ...]  # request id owning each page's object (None: nobody)
 
 
-def pool_of(core: Core, name: str) -> PagePool:
+def pool_of(core: Core, name: str) -> PoolSlots:
     pool = core.member.get(name)
     assert pool is not None, f"no pool {name!r}; pools: {sorted(core.member)}"
     return pool
@@ -40,18 +40,19 @@ def pool_of(core: Core, name: str) -> PagePool:
 
 def pages(core: Core, name: str, which: NDArray[np.integer] | list[int] | None = None) -> PageView:
     """Facts about pages `which` of pool `name` (all pages when None)."""
-    pool = pool_of(core, name)
+    pool, o = pool_of(core, name), core.objects
     ids = np.arange(len(pool.slot_object)) if which is None else np.asarray(which, np.int64)
     objs = pool.slot_object[ids]
     placed = objs != NULL_OBJECT
-    owners = tuple(_rid(core, int(s)) if ok else None for s, ok in zip(pool.owner[objs].tolist(), placed.tolist(),
+    owners = tuple(_rid(core, int(s)) if ok else None for s, ok in zip(o.owner[objs].tolist(), placed.tolist(),
                                                                          strict=True))
-    states = tuple(pool.state_name(int(o)) for o in objs)
+    states = tuple(o.state_name(int(b)) if ok else "FREE" for b, ok in zip(objs.tolist(), placed.tolist(),
+                                                                           strict=True))
     zero32 = np.zeros(len(ids), np.int32)
-    return PageView(pages=ids.copy(), states=states, versions=np.where(placed, pool.version[objs], -1),
-                    leases=np.where(placed, pool.leases[objs], zero32),
-                    holders=np.where(placed, pool.holders[objs], zero32),
-                    copies=np.where(placed, pool.copies[objs], zero32), owners=owners)
+    return PageView(pages=ids.copy(), states=states, versions=np.where(placed, o.version[objs], -1),
+                    leases=np.where(placed, o.leases[objs], zero32),
+                    holders=np.where(placed, o.holders[objs], zero32),
+                    copies=np.where(placed, o.copies[objs], zero32), owners=owners)
 
 
 def _rid(core: Core, slot: int) -> int | None:
@@ -65,15 +66,16 @@ def free_pages(core: Core, name: str) -> int:
 
 def pool_pages(core: Core, name: str) -> int:
     """Real pages of pool `name` (the NULL page not counted)."""
-    return pool_of(core, name).spec.pages - 1
+    return pool_of(core, name).size
 
 
 def pinned(core: Core, req: RequestState) -> dict[str, dict[int, int]]:
     """Per pool: the pages the request's lease lists and the version each had when pinned."""
-    out = {}
+    out, o = {}, core.objects
+    objs, versions = req.pins.objs, req.pins.versions
     for pool in core.pools:
-        pins = req.pins[pool.spec.index]
-        listed = dict(zip(pool.slot[pins.objs.view()].tolist(), pins.versions.view().tolist(), strict=True))
+        mine = o.pool[objs] == pool.index
+        listed = dict(zip(o.slot[objs[mine]].tolist(), versions[mine].tolist(), strict=True))
         for member in pool.spec.members:
             out[member.name] = dict(listed)
     return out
@@ -81,11 +83,11 @@ def pinned(core: Core, req: RequestState) -> dict[str, dict[int, int]]:
 
 def owned(core: Core, req: RequestState) -> dict[str, list[int]]:
     """Per pool: the pages whose objects the request owns (private, not yet published), ascending."""
-    out = {}
+    out, o = {}, core.objects
     for pool in core.pools:
-        mine = np.flatnonzero(pool.owner == req.slot)
+        mine = np.flatnonzero((o.owner == req.slot) & (o.pool == pool.index))
         for member in pool.spec.members:
-            out[member.name] = sorted(pool.slot[mine].tolist())
+            out[member.name] = sorted(o.slot[mine].tolist())
     return out
 
 
@@ -93,7 +95,7 @@ def tables(core: Core, req: RequestState) -> dict[str, list[int]]:
     """Per pool: the request's page table (pages; NULL where released)."""
     out = {}
     for pool in core.pools:
-        listed = pool.slot[req.tables[pool.spec.index].view()].tolist()
+        listed = core.objects.slot[req.tables[pool.index].view()].tolist()
         for member in pool.spec.members:
             out[member.name] = list(listed)
     return out
@@ -111,10 +113,11 @@ def indexed_prefix_blocks(core: Core, keys: NDArray[np.uint64]) -> int:
 
 def snapshot(core: Core) -> tuple[Any, ...]:
     """A hashable fingerprint of all mutable state (pools, index, requests, plans), eviction order included."""
-    pools = tuple((p.state.tobytes(), p.version.tobytes(), p.leases.tobytes(), p.copies.tobytes(),
-                   p.holders.tobytes(), p.owner.tobytes(), p.slot.tobytes(), p.full_token.tobytes(),
-                   p.free_slots[:p.free_slot_count].tobytes(), p.free_objects[:p.free_object_count].tobytes())
-                  for p in core.pools)
+    o = core.objects
+    pools = (o.code.tobytes(), o.version.tobytes(), o.leases.tobytes(), o.copies.tobytes(), o.holders.tobytes(),
+             o.owner.tobytes(), o.slot.tobytes(), o.full_token.tobytes(), o.row_token.tobytes(),
+             tuple((p.free_slots[:p.free_slot_count].tobytes(), p.free_objects[:p.free_object_count].tobytes())
+                   for p in core.pools))
     b, pt = core.index.blocks, core.index.points
     live, kept = np.flatnonzero(b.state != b.s_free), np.flatnonzero(pt.state != pt.s_free)
     index = (live.tobytes(), b.key[live].tobytes(), b.parent[live].tobytes(), b.children[live].tobytes(),
@@ -123,15 +126,14 @@ def snapshot(core: Core) -> tuple[Any, ...]:
              tuple(c[live].tobytes() for _, c in b.refs), tuple(c[kept].tobytes() for _, c in pt.refs),
              getattr(core.index.policy, "order", lambda: np.zeros(0))().tobytes(), core.index.keys.count)
     reqs = tuple(_request_snapshot(r) for r in sorted(core.requests.live(), key=lambda r: r.rid))
-    plans = tuple(sorted((k, v.request_id, tuple((lane, o.tobytes()) for lane, o in v.fills))
-                         for k, v in core.plans.items()))
+    plans = tuple(sorted((k, v.request_id, v.fills.tobytes()) for k, v in core.plans.items()))
     return pools, index, reqs, plans, core.requests.next_rid, core.next_plan, tuple(sorted(core.stats.items()))
 
 
 def _request_snapshot(r: RequestState) -> tuple[Any, ...]:
     return (r.rid, r.slot, r.computed, r.allocated, r.hit_tokens, r.acquired, r.tokens.tobytes(),
             r.chain.view().tobytes(), tuple(t.view().tobytes() for t in r.tables),
-            tuple((p.objs.view().tobytes(), p.versions.view().tobytes()) for p in r.pins),
+            r.pins.objs.tobytes(), r.pins.versions.tobytes(),
             tuple(r.window_floor), tuple(r.pending_points),
             tuple(sorted((b, o.tobytes()) for b, o in r.snapshots.items())), tuple(sorted(r.tail_sources.items())),
             r.block_rows, r.point_rows, tuple(sorted(r.plans)), r.failed_plan)

@@ -12,6 +12,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from hkv_core.arrays import all_true
+
 
 class GuardView(Protocol):
     """What a guard may ask about the segment(s) being moved and their surroundings.
@@ -72,11 +74,12 @@ GUARDS: Mapping[str, Guard] = MappingProxyType(_GUARDS)
 
 
 def first_refusing(guards: tuple[Guard, ...], names: tuple[str, ...], view: GuardView) -> str | None:
-    """The name of the first guard that refuses, or None when all pass."""
-    assert len(guards) == len(names), "guards and names must pair up"
+    """The name of the first guard that refuses, or None when all pass (`guards` and `names` pair up)."""
     for guard, name in zip(guards, names, strict=True):
         verdict = guard(view)
-        passed = np.count_nonzero(verdict) == verdict.size if type(verdict) is np.ndarray else bool(verdict)
-        if not passed:
+        if type(verdict) is np.ndarray:
+            if not all_true(verdict):
+                return name
+        elif not verdict:
             return name
     return None

@@ -14,20 +14,21 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hkv_core.manager.index.entries import EntryTable
-from hkv_core.manager.page_pool import PagePool
+from hkv_core.manager.page_pools import PagePools, PoolSlots
 from hkv_core.spec.names import Event, State
 from hkv_core.spec.table import KindTable
 
 NO_BLOCK = -1
 NO_POINT = -1
 Index = NDArray[np.intp]
+Attach = tuple[int, Index, NDArray[np.integer], Index, Index]  # (column, blocks, objects, distinct, counts)
 
 
 class BlockTable(EntryTable):
     """Rows of kind `block`; `refs` holds one column per prefix page pool."""
 
-    def __init__(self, table: KindTable, capacity: int, prefix_pools: list[PagePool]) -> None:
-        super().__init__(table, capacity, [(pool, 1) for pool in prefix_pools])
+    def __init__(self, table: KindTable, capacity: int, objects: PagePools, prefix_pools: list[PoolSlots]) -> None:
+        super().__init__(table, capacity, objects, [(pool, 1) for pool in prefix_pools])
         self.key = np.zeros((capacity, 2), np.uint64)
         self.parent = np.full(capacity, NO_BLOCK, np.int32)
         self.children = np.zeros(capacity, np.int32)
@@ -57,12 +58,25 @@ class BlockTable(EntryTable):
             self.children[parent] += 1
         return rows
 
-    def attach(self, rows: Index, col: int, objs: NDArray[np.integer]) -> None:
-        """Blocks `rows` (distinct, without an object in `col`) now refer to `objs`: one reference each."""
-        column = self.refs[col][1]
-        assert not np.count_nonzero(column[rows, 0]), "a block refers to one object per page pool"
-        column[rows, 0] = objs
-        self.step(rows, Event.ATTACH, refs=(col,))
+    def attach(self, updates: list[Attach]) -> None:
+        """Blocks now refer to objects of some prefix page pools: one `attach` over every block updated.
+
+        Each update is (column, blocks without an object there, the object of
+        each, and the distinct objects with how many of the blocks refer to each).
+        """
+        updates = [u for u in updates if u[1].size]
+        if not updates:
+            return
+        for col, rows, objs, held, counts in updates:
+            column = self.refs[col][1]
+            assert not np.count_nonzero(column[rows, 0]), "a block refers to one object per page pool"
+            column[rows, 0] = objs
+            self.pending[col] = (held, counts)
+        rows = np.concatenate([u[1] for u in updates]) if len(updates) > 1 else updates[0][1]
+        try:  # `attach` counts nothing per block, so a block updated in two columns may appear twice
+            self.step(rows, Event.ATTACH, refs=tuple(u[0] for u in updates))
+        finally:
+            self.pending.clear()
 
     def drop(self, rows: Index) -> None:
         """Drop leaf blocks `rows`, children before parents (each a leaf once the earlier ones are gone)."""

@@ -6,9 +6,10 @@ pool it refers to, a column of object ids (`refs`: width objects per row,
 NULL_OBJECT where none).  Rows move only through `step`, which checks the
 compiled table's edge and guards (read by the subclass's view) before any
 effect runs: `take_row` / `free_row` (the free-row stack), `hold_references`
-/ `drop_references` (fire `hold` / `unhold` on the page pools, one reference
-per listed object), `bump_version`.  Objects that lost a reference are
-collected in `unheld` for the caller to settle.
+/ `drop_references` (one `hold` / `unhold` step on the page pools for every
+object the chosen columns list, one reference each), `bump_version`.
+Objects that lost a reference are collected in `unheld` for the caller to
+settle.
 """
 
 from __future__ import annotations
@@ -20,22 +21,24 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from hkv_core.manager.page_pool import NULL_OBJECT, PagePool
+from hkv_core.arrays import all_true, any_true
+from hkv_core.manager.page_pools import NULL_OBJECT, PagePools, PoolSlots
 from hkv_core.spec.guards import GuardView
 from hkv_core.spec.names import Event
 from hkv_core.spec.table import KindTable
 
 Index = NDArray[np.intp]
-Ref = tuple[PagePool, NDArray[np.int32]]  # (page pool, column of shape (rows, width))
+Ref = tuple[PoolSlots, NDArray[np.int32]]  # (page pool, column of shape (rows, width))
 EntryEffect = Callable[["EntryTable", Index, Iterable[int]], Any]
+EMPTY = np.zeros(0, np.intp)
 
 
 class EntryTable:
     """Rows, states, versions and object references of one index kind; subclasses add their columns."""
 
-    def __init__(self, table: KindTable, capacity: int, refs: list[tuple[PagePool, int]]) -> None:
+    def __init__(self, table: KindTable, capacity: int, objects: PagePools, refs: list[tuple[PoolSlots, int]]) -> None:
         assert capacity >= 1
-        self.table, self.capacity = table, capacity
+        self.table, self.capacity, self.store = table, capacity, objects
         self.state = np.full(capacity, table.initial, np.uint8)
         self.version = np.arange(capacity, dtype=np.uint32)
         self.clock = capacity
@@ -43,8 +46,10 @@ class EntryTable:
         self.free_count = capacity
         self.reserved = 0  # rows promised to allocations, taken at commit
         self.refs: list[Ref] = [(pool, np.zeros((capacity, width), np.int32)) for pool, width in refs]
-        self.unheld: list[tuple[PagePool, Index]] = []
+        self.unheld: list[Index] = []
+        self.pending: dict[int, tuple[Index, Index]] = {}  # column -> (objects, counts) the next hold takes
         self.s_free = table.initial
+        self.events = {e: table.event_index[e] for e in Event if e in table.event_index}
 
     @property
     def live(self) -> int:
@@ -58,16 +63,16 @@ class EntryTable:
         raise NotImplementedError
 
     def step(self, rows: Index, event: Event, refs: tuple[int, ...] | None = None) -> None:
-        """Move distinct `rows` (one source state) by `event`; IllegalTransition changes nothing.
+        """Move `rows` (one source state) by `event`; IllegalTransition changes nothing.
 
-        `refs` limits the reference effects to those columns (an `attach` of one
-        page pool's objects holds only them); None: every column.
+        `refs` limits the reference effects to those columns (an `attach` of some
+        page pools' objects holds only them); None: every column.
         """
         if not rows.size:
             return
         states = self.state[rows]
-        assert not np.count_nonzero(states != states[0]), "an index step moves rows of one state"
-        edge = self.table.step(int(states[0]), self.table.event_id(event), self.view(rows))
+        assert not any_true(states != states[0]), "an index step moves rows of one state"
+        edge = self.table.step(int(states[0]), self.events[event], self.view(rows))
         chosen = range(len(self.refs)) if refs is None else refs
         for name in edge.effects:
             ENTRY_EFFECTS[name](self, rows, chosen)
@@ -78,46 +83,67 @@ class EntryTable:
         assert count <= self.free_count, f"{self.table.kind}: {count} rows wanted, {self.free_count} free"
         return self.free_rows[self.free_count - count:self.free_count][::-1].astype(np.intp)
 
+    def _listed(self, rows: Index, refs: Iterable[int], take_pending: bool) -> tuple[Index, Index]:
+        """Every object the chosen columns list for `rows` (distinct: pools have disjoint ids) and its count."""
+        objs, counts = [], []
+        for r in refs:
+            if take_pending and r in self.pending:
+                got, n = self.pending.pop(r)
+            else:
+                listed = self.refs[r][1][rows]
+                if not any_true(listed.ravel() != NULL_OBJECT):  # nothing listed (a block before its pages)
+                    continue
+                got, n = _counted(listed)
+            objs.append(got)
+            counts.append(n)
+        if not objs:
+            return EMPTY, EMPTY
+        return (objs[0], counts[0]) if len(objs) == 1 else (np.concatenate(objs), np.concatenate(counts))
+
     def hold(self, rows: Index, refs: Iterable[int]) -> None:
-        """hold_references: one `hold` on each object the rows list in the chosen columns."""
-        for pool, column in (self.refs[r] for r in refs):
-            objs, counts = _counted(column[rows])
-            pool.step(objs, pool.ev[Event.HOLD], counts=counts)
+        """hold_references: one `hold` step over every object the chosen columns list."""
+        objs, counts = self._listed(rows, refs, take_pending=True)
+        self.store.step(objs, Event.HOLD, counts=counts)
 
     def release(self, rows: Index, refs: Iterable[int]) -> None:
-        """drop_references: one `unhold` per listed object; the columns are cleared."""
-        for pool, column in (self.refs[r] for r in refs):
-            objs, counts = _counted(column[rows])
-            pool.step(objs, pool.ev[Event.UNHOLD], counts=counts)
-            self.unheld.append((pool, objs))
-            column[rows] = NULL_OBJECT
+        """drop_references: one `unhold` step over every listed object; the columns are cleared."""
+        chosen = list(refs)
+        objs, counts = self._listed(rows, chosen, take_pending=False)
+        self.store.step(objs, Event.UNHOLD, counts=counts)
+        if objs.size:
+            self.unheld.append(objs)
+        for r in chosen:
+            self.refs[r][1][rows] = NULL_OBJECT
 
-    def take_unheld(self) -> list[tuple[PagePool, Index]]:
+    def take_unheld(self) -> Index:
+        """Objects that lost references since the last call (distinct)."""
         out, self.unheld = self.unheld, []
-        return out
+        return np.unique(np.concatenate(out)) if len(out) > 1 else (out[0] if out else EMPTY)
 
-    def clone_into(self, twin: EntryTable, pools: dict[int, PagePool]) -> None:
-        """Copy every array of this table into `twin` (already `object.__new__`), pools swapped."""
+    def clone_into(self, twin: EntryTable, objects: PagePools) -> None:
+        """Copy every array of this table into `twin` (already `object.__new__`), the page pools swapped."""
         twin.__dict__.update(self.__dict__)
         for name, value in self.__dict__.items():
             if isinstance(value, np.ndarray):
                 setattr(twin, name, value.copy())
-        twin.refs = [(pools[pool.spec.index], column.copy()) for pool, column in self.refs]
-        twin.unheld = []
+        twin.store = objects
+        twin.refs = [(objects.pools[pool.index], column.copy()) for pool, column in self.refs]
+        twin.unheld, twin.pending = [], {}
 
 
 def _counted(objs: NDArray[np.int32]) -> tuple[Index, Index]:
     """Distinct non-NULL objects of `objs` and how often each occurs (a sort, no np.unique wrapper)."""
     flat = objs.ravel()
     flat = np.sort(flat[flat != NULL_OBJECT]).astype(np.intp)
-    if flat.size <= 1:
+    step = flat[1:] != flat[:-1]
+    if all_true(step):  # all distinct (the usual case)
         return flat, np.ones(flat.size, np.intp)
-    starts = np.flatnonzero(np.concatenate(([True], flat[1:] != flat[:-1])))
+    starts = np.flatnonzero(np.concatenate(([True], step)))
     return flat[starts], np.diff(np.append(starts, flat.size))
 
 
 def _take_row(table: EntryTable, rows: Index, refs: Iterable[int]) -> None:
-    assert np.array_equal(rows, table.peek_rows(rows.size)), "rows are taken in stack order"
+    assert rows[0] == table.free_rows[table.free_count - 1], "rows are taken in stack order"
     table.free_count -= rows.size
 
 

@@ -81,6 +81,9 @@ class KeyTable:
     def lookup(self, keys: NDArray[np.uint64]) -> NDArray[np.int32]:
         """Ids of `keys` (shape (n, 2)), EMPTY where absent."""
         assert keys.ndim == 2 and keys.shape[1] == 2 and keys.dtype == np.uint64
+        if len(keys) == 1:
+            lo = int(keys[0, 1])
+            return np.array([self._find(int(keys[0, 0]), lo, lo & self.mask)[1]], np.int32)
         slot = self._home(keys[:, 1])
         if len(keys) <= SCALAR_KEYS:
             return self._finish(keys, np.full(len(keys), EMPTY, np.int32), np.arange(len(keys)), slot)

@@ -15,7 +15,7 @@ from numpy.typing import NDArray
 
 from hkv_core.manager.index.blocks import NO_POINT, BlockTable
 from hkv_core.manager.index.entries import EntryTable
-from hkv_core.manager.page_pool import PagePool
+from hkv_core.manager.page_pools import PagePools, PoolSlots
 from hkv_core.spec.names import Event
 from hkv_core.spec.table import KindTable
 
@@ -25,9 +25,9 @@ Index = NDArray[np.intp]
 class PointTable(EntryTable):
     """Rows of kind `resume_point`; `refs` holds one column per window or tail page pool."""
 
-    def __init__(self, table: KindTable, capacity: int, pools: list[tuple[PagePool, int]],
+    def __init__(self, table: KindTable, capacity: int, objects: PagePools, pools: list[tuple[PoolSlots, int]],
                  blocks: BlockTable) -> None:
-        super().__init__(table, capacity, pools)
+        super().__init__(table, capacity, objects, pools)
         self.blocks = blocks
         self.block = np.full(capacity, -1, np.int32)
         self.tokens = np.zeros(capacity, np.int64)

@@ -15,12 +15,12 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from hkv_core.manager.index.blocks import NO_BLOCK, BlockTable
+from hkv_core.manager.index.blocks import NO_BLOCK, Attach, BlockTable
 from hkv_core.manager.index.key_table import EMPTY, KeyTable
 from hkv_core.manager.index.points import PointTable
 from hkv_core.manager.index.policy import EvictionPolicy, LruPolicy
 from hkv_core.manager.limits import Limits
-from hkv_core.manager.page_pool import PagePool
+from hkv_core.manager.page_pools import PagePools, PoolSlots
 from hkv_core.manager.requests import RequestTable
 from hkv_core.spec.table import KindTable
 
@@ -42,10 +42,11 @@ Listener = Callable[[IndexEvent], None]
 class PrefixIndex:
     """Blocks (keyed, chained), resume points, eviction order; see the module docstring."""
 
-    def __init__(self, tables: dict[str, KindTable], limits: Limits, prefix_pools: list[PagePool],
-                 point_pools: list[tuple[PagePool, int]], requests: RequestTable) -> None:
-        self.blocks = BlockTable(tables["block"], limits.block_rows, prefix_pools)
-        self.points = PointTable(tables["resume_point"], limits.point_rows, point_pools, self.blocks)
+    def __init__(self, tables: dict[str, KindTable], limits: Limits, objects: PagePools,
+                 prefix_pools: list[PoolSlots], point_pools: list[tuple[PoolSlots, int]],
+                 requests: RequestTable) -> None:
+        self.blocks = BlockTable(tables["block"], limits.block_rows, objects, prefix_pools)
+        self.points = PointTable(tables["resume_point"], limits.point_rows, objects, point_pools, self.blocks)
         self.keys = KeyTable(self.blocks, limits.key_table_slots)
         self.policy: EvictionPolicy = LruPolicy(limits.block_rows)
         self.requests = requests
@@ -72,8 +73,8 @@ class PrefixIndex:
         self._emit("stored", keys, parent)
         return rows
 
-    def attach(self, ids: Index, col: int, objs: NDArray[np.integer]) -> None:
-        self.blocks.attach(ids, col, objs)
+    def attach(self, updates: list[Attach]) -> None:
+        self.blocks.attach(updates)
 
     def drop_blocks(self, ids: Index) -> None:
         """Drop leaf blocks, children first (their keys leave the table before their rows are reused)."""
@@ -113,9 +114,10 @@ class PrefixIndex:
         self.points.reserved -= points
         assert self.blocks.reserved >= 0 and self.points.reserved >= 0
 
-    def take_unheld(self) -> list[tuple[PagePool, Index]]:
-        """Objects that lost references since the last call (to settle)."""
-        return self.blocks.take_unheld() + self.points.take_unheld()
+    def take_unheld(self) -> Index:
+        """Objects that lost references since the last call (to settle; distinct)."""
+        blocks, points = self.blocks.take_unheld(), self.points.take_unheld()
+        return np.concatenate([blocks, points]) if blocks.size and points.size else (blocks if blocks.size else points)
 
     # ------------------------------------------------------------------ events
 
@@ -126,12 +128,12 @@ class PrefixIndex:
         for listener in self.listeners:
             listener(IndexEvent(kind=kind, keys=keys.copy(), parent=parent))
 
-    def clone(self, pools: dict[int, PagePool], requests: RequestTable) -> PrefixIndex:
+    def clone(self, objects: PagePools, requests: RequestTable) -> PrefixIndex:
         twin = PrefixIndex.__new__(PrefixIndex)
         twin.blocks = BlockTable.__new__(BlockTable)
-        self.blocks.clone_into(twin.blocks, pools)
+        self.blocks.clone_into(twin.blocks, objects)
         twin.points = PointTable.__new__(PointTable)
-        self.points.clone_into(twin.points, pools)
+        self.points.clone_into(twin.points, objects)
         twin.points.blocks = twin.blocks
         twin.keys = self.keys.clone(twin.blocks)
         twin.policy = self.policy.clone()

@@ -2,29 +2,35 @@
 
 from __future__ import annotations
 
-from hkv_core.manager.lanes import PoolRole
-from hkv_core.manager.page_pool import PagePool
-from hkv_core.manager.roles.base import Builder, Condition, Role, Shared
+from hkv_core.manager.lanes import LaneSpec, PoolRole
+from hkv_core.manager.page_pools import FIRED, PoolSlots
+from hkv_core.manager.roles.base import Builder, Condition, Moves, Role, Shared
 from hkv_core.manager.roles.prefix import PrefixRole
 from hkv_core.manager.roles.tail import TailRole
 from hkv_core.manager.roles.window import WindowRole, window_width
+from hkv_core.spec.names import Event
 
 ROLE_CLASSES: dict[PoolRole, type[Role]] = {PoolRole.PREFIX: PrefixRole, PoolRole.WINDOW: WindowRole,
                                             PoolRole.TAIL: TailRole}
 POINT_ROLES = (PoolRole.WINDOW, PoolRole.TAIL)  # roles whose pools resume points refer to, in column order
 
 
-def pools_of(pools: tuple[PagePool, ...], role: PoolRole) -> tuple[PagePool, ...]:
+def pools_of(pools: tuple[PoolSlots, ...], role: PoolRole) -> tuple[PoolSlots, ...]:
     return tuple(p for p in pools if p.spec.role is role)
 
 
-def point_columns(pools: tuple[PagePool, ...], block_tokens: int) -> list[tuple[PagePool, int]]:
+def events_fired(lanes: tuple[LaneSpec, ...]) -> dict[int, tuple[Event, ...]]:
+    """Per page pool: every event the manager fires on its objects (all pools', plus its role's)."""
+    return {lane.index: FIRED + ROLE_CLASSES[lane.role].FIRES for lane in lanes}
+
+
+def point_columns(pools: tuple[PoolSlots, ...], block_tokens: int) -> list[tuple[PoolSlots, int]]:
     """(pool, width) of each point-table column: window pools (their window's blocks), then tail pools."""
     windows = [(p, window_width(p.spec.window_tokens, block_tokens)) for p in pools_of(pools, PoolRole.WINDOW)]
     return windows + [(p, 1) for p in pools_of(pools, PoolRole.TAIL)]
 
 
-def build_roles(shared: Shared, pools: tuple[PagePool, ...]) -> tuple[Role, ...]:
+def build_roles(shared: Shared, pools: tuple[PoolSlots, ...]) -> tuple[Role, ...]:
     """One role object per role that has pools: prefix (block columns), then window and tail (point columns)."""
     roles: list[Role] = []
     point_column = 0
@@ -37,5 +43,5 @@ def build_roles(shared: Shared, pools: tuple[PagePool, ...]) -> tuple[Role, ...]
     return tuple(roles)
 
 
-__all__ = ["Builder", "Condition", "PrefixRole", "Role", "Shared", "TailRole", "WindowRole", "build_roles",
-           "point_columns", "pools_of"]
+__all__ = ["Builder", "Condition", "Moves", "PrefixRole", "Role", "Shared", "TailRole", "WindowRole", "build_roles",
+           "events_fired", "point_columns", "pools_of"]

@@ -2,10 +2,15 @@
 
 There are three roles (prefix, window, tail); each owns its page pools and
 answers, for them only: what a resume point at P needs (match's conditions),
-which objects a hit there reads, where a request's new pages go and what they
-cost, what completes at commit, what a request gives back at release, and
-what eviction drops.  The verbs call every role in turn and never ask which
-role they hold: there is no `if role is ...` outside the role classes.
+which objects a hit there reads, what a request's next tokens need and where
+they go, what a commit completed, what a kept point refers to, what a
+request gives back, and what eviction drops.  The verbs ask every role in
+turn and never ask which role they hold: there is no `if role is ...` outside
+the role classes.
+
+Roles plan; the verbs apply: a role returns the objects that must move (into
+a `Moves`), and the verb fires each event once over the objects of every
+role and pool (one lifecycle step per event, whatever the number of pools).
 """
 
 from __future__ import annotations
@@ -19,23 +24,28 @@ from numpy.typing import NDArray
 from hkv_core.layout import Layout
 from hkv_core.manager.config import ManagerConfig
 from hkv_core.manager.index import PrefixIndex
-from hkv_core.manager.page_pool import NULL_OBJECT, PagePool
+from hkv_core.manager.index.blocks import Attach
+from hkv_core.manager.page_pools import NULL_OBJECT, PagePools, PoolSlots
 from hkv_core.manager.requests import RequestState, RequestTable
 from hkv_core.plan import CopyPages
 from hkv_core.spec.names import Event
 
 Index = NDArray[np.intp]
 Bools = NDArray[np.bool_]
+Tokens = NDArray[np.int64]
+Demand = tuple[int, Tokens, Tokens]  # (objects, row token of each, full token of each)
 Condition = tuple[str, str, str, Bools]  # (layer, reason code, where, usable at b = lo..n)
 MISSING_CODE = {"compressed_kv": "COMPRESSED_MISSING", "indexer_state": "INDEXER_MISSING",
                 "compressor_tail": "TAIL_MISSING", "swa_window": "WINDOW_MISSING"}
 NEVER_FULL = np.iinfo(np.int64).max  # full_token of a page no commit completes (a working tail)
+NO_DEMAND: Demand = (0, np.zeros(0, np.int64), np.zeros(0, np.int64))
 
 
 @attrs.frozen(kw_only=True)
 class Shared:
     """What every role reads besides its own pools."""
 
+    objects: PagePools
     index: PrefixIndex
     requests: RequestTable
     layout: Layout
@@ -55,29 +65,47 @@ class Builder:
     tail_pages: dict[str, int] = attrs.field(factory=dict)
     snapshots: dict[int, dict[str, int]] = attrs.field(factory=dict)
     copies: list[CopyPages] = attrs.field(factory=list)
-    fills: list[tuple[PagePool, Index]] = attrs.field(factory=list)
+    fills: list[int] = attrs.field(factory=list)  # objects the copies write (FILLING until completed)
 
-    def copy(self, pool: PagePool, src: int, dst: int, entries: Sequence[int]) -> None:
+    def copy(self, objects: PagePools, pool: PoolSlots, src: int, dst: int, entries: Sequence[int]) -> None:
         """Copy the first entries[m] entries of object `src` into object `dst`, in each member pool m."""
-        src_page, dst_page, version = int(pool.slot[src]), int(pool.slot[dst]), int(pool.version[src])
+        src_page, dst_page, version = int(objects.slot[src]), int(objects.slot[dst]), int(objects.version[src])
         ops = [CopyPages(pool=m.name, src=src_page, dst=dst_page, entries=e, src_version=version)
                for m, e in zip(pool.spec.members, entries, strict=True) if e]
         if ops:
             self.copies += ops
-            self.fills.append((pool, np.array([dst], np.intp)))
+            self.fills.append(dst)
 
-    def share(self, pool: PagePool, into: dict[str, NDArray[np.int64]] | dict[str, NDArray[np.int32]],
+    def share(self, pool: PoolSlots, into: dict[str, NDArray[np.int64]] | dict[str, NDArray[np.int32]],
               value: NDArray[np.int64] | NDArray[np.int32]) -> None:
         """The same array for every member pool (they share page ids)."""
         for member in pool.spec.members:
             into[member.name] = value  # type: ignore[assignment]
 
 
+@attrs.define
+class Moves:
+    """Objects a verb moves once the roles planned: per event, the objects of every role and pool."""
+
+    objs: dict[Event, list[Index]] = attrs.field(factory=dict)
+    attach: list[Attach] = attrs.field(factory=list)
+
+    def add(self, event: Event, objs: Index) -> None:
+        if objs.size:
+            self.objs.setdefault(event, []).append(objs)
+
+    def take(self, event: Event) -> Index:
+        parts = self.objs.pop(event, [])
+        return parts[0] if len(parts) == 1 else (np.concatenate(parts) if parts else np.zeros(0, np.intp))
+
+
 class Role:
     """Base of the three roles: defaults for roles with nothing to say at some step."""
 
-    def __init__(self, shared: Shared, pools: tuple[PagePool, ...], first_column: int) -> None:
-        self.shared, self.pools = shared, pools
+    FIRES: tuple[Event, ...] = ()  # events fired on this role's pools beyond every pool's (page_pools.FIRED)
+
+    def __init__(self, shared: Shared, pools: tuple[PoolSlots, ...], first_column: int) -> None:
+        self.shared, self.pools, self.objects = shared, pools, shared.objects
         self.columns = tuple(range(first_column, first_column + len(pools)))  # their index columns
         self.bt = shared.block_tokens
 
@@ -100,31 +128,33 @@ class Role:
 
     # ---------------------------------------------------------- allocate
 
-    def needs(self, req: RequestState, start: int, end: int, boundaries: list[int]) -> list[int]:
-        """Per pool: pages tokens [start, end) need (with `boundaries` the points they will keep)."""
-        return [0 for _ in self.pools]
+    def demands(self, req: RequestState, start: int, end: int, boundaries: list[int]) -> list[Demand]:
+        """Per pool: the objects tokens [start, end) need (with `boundaries` the points they will keep)."""
+        return [NO_DEMAND for _ in self.pools]
 
-    def place(self, req: RequestState, start: int, end: int, boundaries: list[int], out: Builder) -> None:
-        """Reserve the pages `needs` counted and say where tokens [start, end) go."""
+    def place(self, req: RequestState, start: int, end: int, boundaries: list[int], got: list[Index],
+              out: Builder) -> None:
+        """Put the objects reserved for `demands` (per pool) in the request's tables; say where tokens go."""
 
     # ---------------------------------------------------------- commit / release
 
-    def commit(self, req: RequestState, before: int) -> None:
-        """Tokens [before, computed) were written: publish and index what they completed."""
+    def completed(self, req: RequestState, before: int, moves: Moves) -> None:
+        """Tokens [before, computed) were written: what to publish (PUBLISH_PINNED) and attach."""
 
     def points_ready(self, req: RequestState, due: NDArray[np.int64]) -> Bools:
         """Per due boundary: can a point be kept there with this role's objects?"""
         return np.ones(len(due), np.bool_)
 
-    def take_points(self, req: RequestState, due: NDArray[np.int64], keep: Bools) -> list[NDArray[np.int32]]:
-        """Publish this role's objects of the points to keep (one matrix per pool) and drop the rest."""
+    def take_points(self, req: RequestState, due: NDArray[np.int64], keep: Bools,
+                    moves: Moves) -> list[NDArray[np.int32]]:
+        """This role's objects of the points to keep (one matrix per pool); what to publish and give back."""
         return []
 
-    def after_commit(self, req: RequestState, pending: list[int]) -> None:
-        """Give back what neither the request's position nor a pending point still needs."""
+    def slide(self, req: RequestState, pending: list[int], moves: Moves) -> None:
+        """What neither the request's position nor a pending point still needs (ABORT / UNPIN)."""
 
-    def release(self, req: RequestState) -> None:
-        """The request ends: keep what it completed that the index can use, give back the rest."""
+    def finish(self, req: RequestState, moves: Moves) -> None:
+        """The request ends: what to keep for the index (SEAL, PUBLISH, attach) and give back (ABORT)."""
 
     def audit(self, req: RequestState) -> list[str]:
         """Invariant check: what the request must hold at its position, for this role (messages)."""
@@ -141,35 +171,26 @@ class Role:
         return np.zeros(len(points), np.bool_)
 
     def refs(self, points: NDArray[np.int32], point_pos: Index, blocks: NDArray[np.int32],
-             block_pos: Index) -> list[tuple[PagePool, NDArray[np.int32], Index]]:
-        """Per pool: (pool, objects, position of the unit dropping each reference) for the units given."""
+             block_pos: Index) -> list[tuple[NDArray[np.int32], Index]]:
+        """(objects, position of the unit dropping each reference) for the units given, per pool."""
         return []
 
     # ---------------------------------------------------------- helpers shared by the roles
 
-    def owned(self, pool: PagePool, req: RequestState, objs: NDArray[np.integer]) -> Bools:
+    def owned(self, req: RequestState, objs: NDArray[np.integer]) -> Bools:
         """Which of `objs` the request owns (RESERVED or READY, not yet published)."""
-        return np.asarray(pool.owner[objs] == np.int32(req.slot))
+        mine: Bools = self.objects.owner[objs] == np.int32(req.slot)
+        return mine
 
-    def pin(self, pool: PagePool, req: RequestState, objs: Index) -> None:
-        """The request's lease now lists `objs` (distinct, PUBLISHED, not yet listed)."""
-        pool.step(objs, pool.ev[Event.PIN], req.slot)
-        req.pins[pool.spec.index].add(objs, pool.version[objs])
+    def give_back(self, req: RequestState, objs: NDArray[np.integer], moves: Moves) -> None:
+        """Abort the objects of `objs` (distinct apart from NULL entries) the request still owns."""
+        moves.add(Event.ABORT, objs[self.owned(req, objs)].astype(np.intp))  # the NULL object is never owned
 
-    def publish_pinned(self, pool: PagePool, req: RequestState, objs: Index) -> None:
-        """Publish owned `objs` and keep them in the request's lease (it still reads them)."""
-        pool.step(objs, pool.ev[Event.PUBLISH_PINNED], req.slot)
-        req.pins[pool.spec.index].add(objs, pool.version[objs])
+    def pool_objects(self, pool: PoolSlots, objs: NDArray[np.integer]) -> NDArray[np.int32]:
+        """The device pages of objects of `pool`."""
+        found: NDArray[np.int32] = self.objects.slot[objs]
+        return found
 
-    def unpin_all(self, pool: PagePool, req: RequestState) -> None:
-        """Drop every pin of the request in `pool`; free what nobody holds any more."""
-        pins = req.pins[pool.spec.index]
-        objs = pins.objs.view().astype(np.intp)
-        pool.step(objs, pool.ev[Event.UNPIN], req.slot)
-        pins.clear()
-        pool.settle(objs)
 
-    def abort_owned(self, pool: PagePool, req: RequestState, objs: NDArray[np.integer]) -> None:
-        """Give back the objects of `objs` (distinct apart from NULL entries) the request still owns."""
-        mine = objs[pool.owner[objs] == np.int32(req.slot)]  # the NULL object is never owned
-        pool.step(mine.astype(np.intp), pool.ev[Event.ABORT], req.slot)
+def nonnull(objs: NDArray[np.integer]) -> NDArray[np.integer]:
+    return objs[objs != NULL_OBJECT]

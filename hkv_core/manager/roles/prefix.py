@@ -18,16 +18,29 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hkv_core.manager.id_list import IdList
-from hkv_core.manager.page_pool import NULL_OBJECT, PagePool
+from hkv_core.manager.index.blocks import Attach
+from hkv_core.manager.page_pools import NULL_OBJECT, PoolSlots
 from hkv_core.manager.requests import RequestState
-from hkv_core.manager.roles.base import MISSING_CODE, Bools, Builder, Condition, Index, Role, Shared
+from hkv_core.manager.roles.base import (
+    MISSING_CODE,
+    Bools,
+    Builder,
+    Condition,
+    Demand,
+    Index,
+    Moves,
+    Role,
+    Shared,
+)
 from hkv_core.spec.names import Event
 
 
 class PrefixRole(Role):
     """Prefix page pools, each a column of the block table."""
 
-    def __init__(self, shared: Shared, pools: tuple[PagePool, ...], first_column: int) -> None:
+    FIRES = (Event.SEAL,)
+
+    def __init__(self, shared: Shared, pools: tuple[PoolSlots, ...], first_column: int) -> None:
         super().__init__(shared, pools, first_column)
         self.span = [p.spec.tokens_per_page // self.bt for p in pools]  # blocks per page
         self.ratio = [max(1, p.spec.compress_ratio) for p in pools]
@@ -87,49 +100,48 @@ class PrefixRole(Role):
         return out
 
     def partial(self, tokens: int) -> bool:
-        """Does a resume point at `tokens` read only the first entries of a page (copy on write)?"""
         return any((tokens // r) % p.spec.entries_per_page for p, r in zip(self.pools, self.ratio, strict=True))
 
     def seed(self, req: RequestState, objs: list[Index]) -> None:
         for pool, got in zip(self.pools, objs, strict=True):
-            req.tables[pool.spec.index] = IdList(got)
+            req.tables[pool.index] = IdList(got)
 
     # ---------------------------------------------------------- allocate
 
-    def _cow(self, pool: PagePool, req: RequestState, start: int) -> int:
+    def _cow(self, pool: PoolSlots, req: RequestState, start: int) -> int:
         """The page index that must be copied on write before writing at `start`, or -1."""
-        table, first = req.tables[pool.spec.index], start // pool.spec.tokens_per_page
-        if first < len(table) and not self.owned(pool, req, np.array([table[first]]))[0]:
+        table, first = req.tables[pool.index], start // pool.spec.tokens_per_page
+        if first < len(table) and self.objects.owner[table[first]] != req.slot:
             return first
         return -1
 
-    def needs(self, req: RequestState, start: int, end: int, boundaries: list[int]) -> list[int]:
+    def demands(self, req: RequestState, start: int, end: int, boundaries: list[int]) -> list[Demand]:
         out = []
-        for pool in self.pools:
-            last = (end - 1) // pool.spec.tokens_per_page
-            out.append(last + 1 - len(req.tables[pool.spec.index]) + (self._cow(pool, req, start) >= 0))
-        return out
-
-    def place(self, req: RequestState, start: int, end: int, boundaries: list[int], out: Builder) -> None:
         for i, pool in enumerate(self.pools):
-            spec, table = pool.spec, req.tables[pool.spec.index]
+            tpp = pool.spec.tokens_per_page
+            pages = np.arange(len(req.tables[pool.index]), (end - 1) // tpp + 1)
             cow = self._cow(pool, req, start)
-            pages = np.arange(len(table), (end - 1) // spec.tokens_per_page + 1)
             if cow >= 0:
                 pages = np.concatenate([[cow], pages])
-            objs = pool.reserve(len(pages), req.slot, pages * spec.tokens_per_page + self.ratio[i],
-                                (pages + 1) * spec.tokens_per_page)
+            out.append((len(pages), pages * tpp + self.ratio[i], (pages + 1) * tpp))
+        return out
+
+    def place(self, req: RequestState, start: int, end: int, boundaries: list[int], got: list[Index],
+              out: Builder) -> None:
+        for i, (pool, objs) in enumerate(zip(self.pools, got, strict=True)):
+            table = req.tables[pool.index]
+            cow = self._cow(pool, req, start)
             if cow >= 0:
-                entries = (req.hit_tokens - cow * spec.tokens_per_page) // self.ratio[i]
-                out.copy(pool, table[cow], int(objs[0]), [entries] * len(spec.members))
+                entries = (req.hit_tokens - cow * pool.spec.tokens_per_page) // self.ratio[i]
+                out.copy(self.objects, pool, table[cow], int(objs[0]), [entries] * len(pool.spec.members))
                 table[cow], objs = int(objs[0]), objs[1:]
             table.extend(objs)
             self._describe(i, pool, req, start, end, out)
 
-    def _describe(self, i: int, pool: PagePool, req: RequestState, start: int, end: int, out: Builder) -> None:
+    def _describe(self, i: int, pool: PoolSlots, req: RequestState, start: int, end: int, out: Builder) -> None:
         """Block table and slots of tokens [start, end) (one array shared by the member pools)."""
         spec, r = pool.spec, self.ratio[i]
-        pages = pool.slot[req.tables[spec.index].view()]
+        pages = self.objects.slot[req.tables[pool.index].view()]
         entries = np.arange((start + r) // r - 1, end // r)  # entries the tokens complete
         slots = pages[entries // spec.entries_per_page].astype(np.int64) * spec.entries_per_page
         out.share(pool, out.tables, pages)
@@ -137,18 +149,20 @@ class PrefixRole(Role):
 
     # ---------------------------------------------------------- commit / release
 
-    def commit(self, req: RequestState, before: int) -> None:
-        """Publish each page this commit completed whose blocks lack one; they refer to it from now on."""
+    def completed(self, req: RequestState, before: int, moves: Moves) -> None:
+        """Each page this commit completed goes to the blocks of its span that lack one (published, pinned)."""
         for i, pool in enumerate(self.pools):
             tpp = pool.spec.tokens_per_page
-            first, table = before // tpp, req.tables[pool.spec.index]
+            first, table = before // tpp, req.tables[pool.index]
             objs = table[first:req.computed // tpp].astype(np.intp)
-            mine = np.flatnonzero(self.owned(pool, req, objs)) if objs.size else objs
+            mine = np.flatnonzero(self.owned(req, objs)) if objs.size else objs
             if mine.size:
-                self._publish(i, pool, req, objs[mine], mine + first, sealed=False)
+                used, update = self._spans(i, req, objs[mine], mine + first)
+                moves.add(Event.PUBLISH_PINNED, used)
+                moves.attach.append(update)
 
-    def _publish(self, i: int, pool: PagePool, req: RequestState, objs: Index, pages: Index, sealed: bool) -> None:
-        """Objects `objs` (pages `pages` of the request) go to the blocks of their spans that lack one."""
+    def _spans(self, i: int, req: RequestState, objs: Index, pages: Index) -> tuple[Index, Attach]:
+        """Which of `objs` (pages `pages` of the request) some block of their span lacks, and the attach."""
         per_page, chain = self.span[i], req.chain.view()
         spans = (pages[:, None] * per_page + np.arange(per_page)).ravel()
         inside = spans < len(chain)  # a sealed page covers only the blocks its rows complete
@@ -156,36 +170,37 @@ class PrefixRole(Role):
         lacking = self._objects(ids, i) == NULL_OBJECT
         counts = np.bincount(np.flatnonzero(inside)[lacking] // per_page, minlength=len(objs))
         used = counts > 0
-        if sealed:
-            pool.step(objs[used], pool.ev[Event.SEAL], req.slot)
-            pool.step(objs[used], pool.ev[Event.PUBLISH], req.slot)
-        else:
-            self.publish_pinned(pool, req, objs[used])
-        self.shared.index.attach(ids[lacking].astype(np.intp), self.columns[i], np.repeat(objs, counts))
+        return objs[used], (self.columns[i], ids[lacking].astype(np.intp), np.repeat(objs, counts), objs[used],
+                            counts[used].astype(np.intp))
 
-    def release(self, req: RequestState) -> None:
+    def finish(self, req: RequestState, moves: Moves) -> None:
         for i, pool in enumerate(self.pools):
-            table = req.tables[pool.spec.index]
-            page = req.computed // pool.spec.tokens_per_page
-            if page < len(table):
-                self._keep_partial(i, pool, req, page)
-            self.abort_owned(pool, req, table.view())
-            self.unpin_all(pool, req)
+            table = req.tables[pool.index].view()
+            sealed = self._keep_partial(i, pool, req, moves)
+            self.give_back(req, table if sealed < 0 else table[table != sealed], moves)
 
-    def _keep_partial(self, i: int, pool: PagePool, req: RequestState, page: int) -> None:
-        """Seal and publish the page the request stopped in, if it holds rows some committed block lacks."""
-        obj = np.array([req.tables[pool.spec.index][page]], np.intp)
-        if not self.owned(pool, req, obj)[0] or req.computed < pool.row_token[obj[0]]:
-            return
-        if pool.state[obj[0]] != pool.s_reserved or req.computed // self.bt <= page * self.span[i]:
-            return
-        self._publish(i, pool, req, obj, np.array([page], np.intp), sealed=True)
+    def _keep_partial(self, i: int, pool: PoolSlots, req: RequestState, moves: Moves) -> int:
+        """Seal and publish the page the request stopped in, if it holds rows some committed block lacks;
+        returns the object (NULL_OBJECT when none)."""
+        table, page = req.tables[pool.index], req.computed // pool.spec.tokens_per_page
+        if page >= len(table) or req.computed // self.bt <= page * self.span[i]:
+            return NULL_OBJECT
+        obj = table[page]
+        o = self.objects
+        if o.owner[obj] != req.slot or req.computed < o.row_token[obj] or not o.reserved[o.code[obj]]:
+            return NULL_OBJECT
+        used, update = self._spans(i, req, np.array([obj], np.intp), np.array([page], np.intp))
+        if not used.size:
+            return NULL_OBJECT
+        moves.add(Event.SEAL, used)
+        moves.attach.append(update)
+        return obj
 
     def audit(self, req: RequestState) -> list[str]:
         out = []
         for i, pool in enumerate(self.pools):
             need = int(self.pages_needed(i, np.array([req.computed // self.bt]))[0])
-            table = req.tables[pool.spec.index].view()
+            table = req.tables[pool.index].view()
             if len(table) < need or np.any(table[:need] == NULL_OBJECT):
                 out.append(f"request {req.rid} lacks {pool.name} pages its {req.computed} tokens need")
         return out
@@ -194,10 +209,10 @@ class PrefixRole(Role):
 
     def blocks_pinned(self, blocks: NDArray[np.int32]) -> Bools:
         pinned = np.zeros(len(blocks), np.bool_)
-        for i, pool in enumerate(self.pools):
-            pinned |= pool.leases[self._objects(blocks, i)] > 0  # the NULL object is never pinned
+        for i in range(len(self.pools)):
+            pinned |= self.objects.leases[self._objects(blocks, i)] > 0  # the NULL object is never pinned
         return pinned
 
     def refs(self, points: NDArray[np.int32], point_pos: Index, blocks: NDArray[np.int32],
-             block_pos: Index) -> list[tuple[PagePool, NDArray[np.int32], Index]]:
-        return [(pool, self._objects(blocks, i), block_pos) for i, pool in enumerate(self.pools)]
+             block_pos: Index) -> list[tuple[NDArray[np.int32], Index]]:
+        return [(self._objects(blocks, i), block_pos) for i in range(len(self.pools))]

@@ -16,9 +16,19 @@ from numpy.typing import NDArray
 
 from hkv_core.manager.id_list import IdList
 from hkv_core.manager.index import NO_POINT
-from hkv_core.manager.page_pool import NULL_OBJECT, PagePool
+from hkv_core.manager.page_pools import NULL_OBJECT, PoolSlots
 from hkv_core.manager.requests import RequestState
-from hkv_core.manager.roles.base import MISSING_CODE, Bools, Builder, Condition, Index, Role, Shared
+from hkv_core.manager.roles.base import (
+    MISSING_CODE,
+    Bools,
+    Builder,
+    Condition,
+    Demand,
+    Index,
+    Moves,
+    Role,
+    Shared,
+)
 from hkv_core.spec.names import Event
 
 
@@ -30,10 +40,13 @@ def window_width(window_tokens: int, block_tokens: int) -> int:
 class WindowRole(Role):
     """Window page pools, each a column of the point table."""
 
-    def __init__(self, shared: Shared, pools: tuple[PagePool, ...], first_column: int) -> None:
+    FIRES = (Event.RETIRE, Event.RECLAIM)
+
+    def __init__(self, shared: Shared, pools: tuple[PoolSlots, ...], first_column: int) -> None:
         super().__init__(shared, pools, first_column)
         self.window = [p.spec.window_tokens for p in pools]
         self.width = [window_width(w, self.bt) for w in self.window]
+        self._offsets = [np.arange(w) for w in self.width]
 
     def first_block(self, i: int, boundary: int) -> int:
         """First block whose rows a resume point at `boundary` reads in pool i."""
@@ -48,8 +61,7 @@ class WindowRole(Role):
     def hit_objects(self, ids: NDArray[np.int32], point: int) -> list[Index]:
         if point == NO_POINT:
             return [np.zeros(0, np.intp) for _ in self.pools]
-        b = len(ids) * self.bt
-        out = []
+        b, out = len(ids) * self.bt, []
         for i in range(len(self.pools)):
             row = self.shared.index.points.objects(np.array([point]), self.columns[i])[0]
             out.append(row[self.width[i] - (len(ids) - self.first_block(i, b)):].astype(np.intp))
@@ -58,21 +70,25 @@ class WindowRole(Role):
     def seed(self, req: RequestState, objs: list[Index]) -> None:
         for i, (pool, got) in enumerate(zip(self.pools, objs, strict=True)):
             first = self.first_block(i, req.hit_tokens) if got.size else 0
-            req.tables[pool.spec.index] = IdList(np.concatenate([np.zeros(first, np.int32), got]))
-            req.window_floor[pool.spec.index] = first
+            req.tables[pool.index] = IdList(np.concatenate([np.zeros(first, np.int32), got]))
+            req.window_floor[pool.index] = first
 
     # ---------------------------------------------------------- allocate
 
-    def needs(self, req: RequestState, start: int, end: int, boundaries: list[int]) -> list[int]:
-        return [(end - 1) // self.bt + 1 - len(req.tables[p.spec.index]) for p in self.pools]
-
-    def place(self, req: RequestState, start: int, end: int, boundaries: list[int], out: Builder) -> None:
+    def demands(self, req: RequestState, start: int, end: int, boundaries: list[int]) -> list[Demand]:
+        out = []
         for pool in self.pools:
-            table = req.tables[pool.spec.index]
-            blocks = np.arange(len(table), (end - 1) // self.bt + 1)
-            table.extend(pool.reserve(len(blocks), req.slot, blocks * self.bt + 1, (blocks + 1) * self.bt))
-            pages = pool.slot[table.view()]
-            rows = np.arange(start, end)
+            blocks = np.arange(len(req.tables[pool.index]), (end - 1) // self.bt + 1)
+            out.append((len(blocks), blocks * self.bt + 1, (blocks + 1) * self.bt))
+        return out
+
+    def place(self, req: RequestState, start: int, end: int, boundaries: list[int], got: list[Index],
+              out: Builder) -> None:
+        rows = np.arange(start, end)
+        for pool, objs in zip(self.pools, got, strict=True):
+            table = req.tables[pool.index]
+            table.extend(objs)
+            pages = self.objects.slot[table.view()]
             out.share(pool, out.tables, pages)
             out.share(pool, out.slots, pages[rows // self.bt].astype(np.int64) * self.bt + rows % self.bt)
 
@@ -81,78 +97,68 @@ class WindowRole(Role):
     def _spans(self, i: int, req: RequestState, due: NDArray[np.int64]) -> tuple[NDArray[np.int32], Bools]:
         """Per due point, its window objects right-aligned in a row of `width` (NULL_OBJECT where the
         window reaches before token 0), and which entries of the row its window covers."""
-        table, width = req.tables[self.pools[i].spec.index].view(), self.width[i]
-        cols = (due // self.bt)[:, None] - width + np.arange(width)
-        firsts = np.array([self.first_block(i, int(b)) for b in due], np.int64)
-        covered = cols >= firsts[:, None]
-        objs = np.where(covered, table[np.clip(cols, 0, max(0, len(table) - 1))], NULL_OBJECT)
-        return np.asarray(objs, np.int32), covered
+        table, width = req.tables[self.pools[i].index].view(), self.width[i]
+        cols = (due // self.bt)[:, None] - width + self._offsets[i]
+        covered = cols >= (np.maximum(0, due - self.window[i] + 1) // self.bt)[:, None]
+        objs = np.where(covered, table[np.clip(cols, 0, max(0, len(table) - 1))], NULL_OBJECT).astype(np.int32)
+        return objs, covered
 
     def points_ready(self, req: RequestState, due: NDArray[np.int64]) -> Bools:
         """A point needs every window page of its span, each the request's own or still PUBLISHED (not retired)."""
         ok = np.ones(len(due), np.bool_)
-        for i, pool in enumerate(self.pools):
+        o = self.objects
+        for i in range(len(self.pools)):
             objs, covered = self._spans(i, req, due)
-            usable = (objs != NULL_OBJECT) & (self.owned(pool, req, objs) | (pool.state[objs] == pool.s_published))
+            usable = (objs != NULL_OBJECT) & (self.owned(req, objs) | o.published[o.code[objs]])
             ok &= np.all(usable | ~covered, axis=1)
         return ok
 
-    def take_points(self, req: RequestState, due: NDArray[np.int64], keep: Bools) -> list[NDArray[np.int32]]:
+    def take_points(self, req: RequestState, due: NDArray[np.int64], keep: Bools,
+                    moves: Moves) -> list[NDArray[np.int32]]:
         out = []
-        for i, pool in enumerate(self.pools):
-            objs, _ = self._spans(i, req, due[keep])
+        for i in range(len(self.pools)):
+            objs = self._spans(i, req, due[keep])[0]
             flat = np.unique(objs[objs != NULL_OBJECT]).astype(np.intp)
-            self.publish_pinned(pool, req, flat[self.owned(pool, req, flat)])
+            moves.add(Event.PUBLISH_PINNED, flat[self.owned(req, flat)])  # the request still reads them
             out.append(objs)
         return out
 
-    def after_commit(self, req: RequestState, pending: list[int]) -> None:
-        """Slide: give back window pages below what the position and every pending point need."""
+    def slide(self, req: RequestState, pending: list[int], moves: Moves) -> None:
+        """Give back window pages below what the position and every pending point need."""
         for i, pool in enumerate(self.pools):
-            lane = pool.spec.index
             keep_from = min([self.first_block(i, req.computed)] + [self.first_block(i, b) for b in pending])
-            table, floor = req.tables[lane], req.window_floor[lane]
+            table, floor = req.tables[pool.index], req.window_floor[pool.index]
             top = min(keep_from, len(table))
             if top <= floor:
                 continue
             gone = table[floor:top].astype(np.intp)
-            self._give_back(pool, req, gone[gone != NULL_OBJECT])
+            gone = gone[gone != NULL_OBJECT]
+            mine = self.owned(req, gone)
+            moves.add(Event.ABORT, gone[mine])
+            moves.add(Event.UNPIN, gone[~mine])
             table[floor:top] = NULL_OBJECT
-            req.window_floor[lane] = top
+            req.window_floor[pool.index] = top
 
-    def _give_back(self, pool: PagePool, req: RequestState, gone: Index) -> None:
-        mine = self.owned(pool, req, gone)
-        pool.step(gone[mine], pool.ev[Event.ABORT], req.slot)
-        pinned = gone[~mine]
-        if pinned.size:
-            pins = req.pins[pool.spec.index]
-            pool.step(pinned, pool.ev[Event.UNPIN], req.slot)
-            pins.remove(pool.lease_mark(pinned, pins.objs.view().astype(np.intp)))
-            pool.settle(pinned)
-
-    def release(self, req: RequestState) -> None:
+    def finish(self, req: RequestState, moves: Moves) -> None:
         for pool in self.pools:
-            self.abort_owned(pool, req, req.tables[pool.spec.index].view())
-            self.unpin_all(pool, req)
+            self.give_back(req, req.tables[pool.index].view(), moves)
 
     def audit(self, req: RequestState) -> list[str]:
         out = []
         for i, pool in enumerate(self.pools):
-            table = req.tables[pool.spec.index].view()
-            span = table[self.first_block(i, req.computed):-(-req.computed // self.bt)]
-            if np.any(span == NULL_OBJECT) or len(table) < -(-req.computed // self.bt):
+            table = req.tables[pool.index].view()
+            end = -(-req.computed // self.bt)
+            if len(table) < end or np.any(table[self.first_block(i, req.computed):end] == NULL_OBJECT):
                 out.append(f"request {req.rid} lacks {pool.name} window pages its position {req.computed} reads")
         return out
 
     # ---------------------------------------------------------- eviction
 
     def refs(self, points: NDArray[np.int32], point_pos: Index, blocks: NDArray[np.int32],
-             block_pos: Index) -> list[tuple[PagePool, NDArray[np.int32], Index]]:
-        out = []
-        for i, pool in enumerate(self.pools):
-            objs = self.shared.index.points.objects(points, self.columns[i])
-            out.append((pool, objs.ravel(), np.repeat(point_pos, self.width[i])))
-        return out
+             block_pos: Index) -> list[tuple[NDArray[np.int32], Index]]:
+        points_table = self.shared.index.points
+        return [(points_table.objects(points, col).ravel(), np.repeat(point_pos, width))
+                for col, width in zip(self.columns, self.width, strict=True)]
 
 
 def point_kept(role: Role, ids: NDArray[np.int32], lo: int) -> Bools:

@@ -1,0 +1,77 @@
+"""ObjectView: the GuardView of a bulk lifecycle step over objects of the page pools.
+
+Every answer is read from data: the page pools' arrays, and (for rows and
+leases) the request table: an object's rows are written once its owner's
+committed watermark passes its `row_token` / `full_token`; a request's lease
+lists the objects in its pin list.  Answers are arrays (one element per
+object) except `slot_available`, one verdict for the whole step.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+from numpy.typing import NDArray
+
+from hkv_core.arrays import all_true
+
+if TYPE_CHECKING:
+    from hkv_core.manager.page_pools import PagePools
+
+Index = NDArray[np.intp]
+
+
+class ObjectView:
+    """GuardView over `objs`, `actor` acting (a request slot, or -1)."""
+
+    __slots__ = ("pools", "objs", "actor")
+
+    def __init__(self, pools: PagePools, objs: Index, actor: int) -> None:
+        self.pools, self.objs, self.actor = pools, objs, actor
+
+    def slot_available(self) -> bool:
+        """Each pool has a free page for every one of its objects in the step."""
+        p = self.pools
+        wanted = np.bincount(p.pool[self.objs], minlength=len(p.pools))
+        free = np.array([pool.free_slot_count for pool in p.pools])
+        return bool(all_true(wanted <= free))
+
+    def is_owner(self) -> NDArray[np.bool_]:
+        owned: NDArray[np.bool_] = self.pools.owner[self.objs] == np.int32(self.actor)
+        return owned
+
+    def rows_full(self) -> NDArray[np.bool_]:
+        p = self.pools
+        full: NDArray[np.bool_] = p.requests.committed[p.owner[self.objs]] >= p.full_token[self.objs]
+        return full
+
+    def rows_written(self) -> NDArray[np.int64]:
+        p = self.pools
+        written: NDArray[np.int64] = p.requests.committed[p.owner[self.objs]] - p.row_token[self.objs] + 1
+        return np.maximum(written, 0)
+
+    def leased_by_actor(self) -> NDArray[np.bool_]:
+        return self.pools.lease_mark(self.pools.requests.pinned(self.actor), self.objs)
+
+    def lease_count(self) -> NDArray[np.int32]:
+        return self.pools.leases[self.objs]
+
+    def copy_pinned(self) -> NDArray[np.bool_]:
+        pinned: NDArray[np.bool_] = self.pools.copies[self.objs] > 0
+        return pinned
+
+    def holders(self) -> NDArray[np.int32]:
+        return self.pools.holders[self.objs]
+
+    def disk_record_durable(self) -> NDArray[np.bool_]:
+        from hkv_core.manager.page_pools import DISK_DURABLE
+
+        durable: NDArray[np.bool_] = self.pools.record[self.objs] == DISK_DURABLE
+        return durable
+
+    def _index_question(self) -> NDArray[np.bool_]:
+        raise AssertionError("a question about index entries or disk records asked of device objects")
+
+    source_set_complete = disk_dependents = parent_indexed = children = _index_question
+    chain_tail = has_point = block_indexed = _index_question

@@ -1,0 +1,326 @@
+"""PagePools: the sole owner of the cached objects and device slots of every page pool of a manager.
+
+Objects are what the prefix index and leases refer to; a device slot (a page
+id of a pool's member pools) is one placement of an object, recorded in
+`slot` / `PoolSlots.slot_object` (host and disk records will be others).
+Object ids are global across the pools (0 is the NULL object; pool p owns
+the ids [base, base + pages - 1)), so one lifecycle step moves objects of
+any pools at once.  Per object: lifecycle code (kind and state, see
+rules.py), version, lease pins, copy pins, index references (`holders`),
+owner (a request slot), the token positions at which its first and its last
+row are written (`row_token`, `full_token`), its page and pool, its disk
+record state.
+
+Every change of any of these is an event of the compiled lifecycle tables,
+applied in bulk by `step(objs, event)`: the destination of every object is
+looked up by code; the event's guards (read through `ObjectView` from these
+arrays and the request table) are evaluated once over all objects; only when
+every object passes do the effects (`object_effects.EFFECTS`) run and the
+codes move.  A refused step raises IllegalTransition and changes nothing.
+Objects in their kind's initial state (FREE) are absent: their ids wait on
+their pool's free stack, as free slots do (both hand out the lowest first).
+
+Versions are stamps from one clock, unique over the manager's life: a
+(page, version) pair names one placement of one object, so a plan that read
+a page whose object has since left it can never pass a check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from hkv_core.arrays import all_true, any_true
+from hkv_core.errors import IllegalTransition
+from hkv_core.manager import object_effects
+from hkv_core.manager.lanes import LaneSpec
+from hkv_core.manager.object_view import ObjectView
+from hkv_core.manager.requests import RequestTable
+from hkv_core.manager.rules import Codes, EventRule
+from hkv_core.spec.guards import first_refusing
+from hkv_core.spec.names import Event, State
+from hkv_core.spec.table import KindTable
+
+NULL_OBJECT = 0
+NO_OWNER = -1
+Index = NDArray[np.intp]
+EMPTY = np.zeros(0, np.intp)
+DISK_DURABLE = 2  # record states: 0 absent (no disk tier writes records yet)
+FIRED = (Event.RESERVE, Event.FILL, Event.COPY_DONE, Event.COPY_FAIL, Event.ABORT, Event.PUBLISH,
+         Event.PUBLISH_PINNED, Event.PIN, Event.UNPIN, Event.HOLD, Event.UNHOLD, Event.EVICT)  # on every pool
+
+
+class PoolSlots:
+    """One page pool's device pages and object ids: its spec, page -> object map and free stacks."""
+
+    def __init__(self, spec: LaneSpec, base: int) -> None:
+        n = spec.pages
+        self.spec, self.index, self.base, self.size = spec, spec.index, base, n - 1
+        self.slot_object = np.zeros(n, np.int32)  # device page -> global object (NULL_OBJECT: none)
+        self.free_slots = np.arange(n - 1, 0, -1, dtype=np.int32)  # stack of pages: pop gives low ids first
+        self.free_slot_count = n - 1
+        self.free_objects = np.arange(base + n - 2, base - 1, -1, dtype=np.int32)  # global ids, low first
+        self.free_object_count = n - 1
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def free_count(self) -> int:
+        """Objects that can be reserved now (a free object id and a free page each)."""
+        return min(self.free_object_count, self.free_slot_count)
+
+    def objects(self) -> Index:
+        """Every object id of this pool."""
+        return np.arange(self.base, self.base + self.size)
+
+    def pop_slots(self, count: int) -> NDArray[np.int32]:
+        """The `count` lowest free pages, taken."""
+        top = self.free_slot_count
+        self.free_slot_count = top - count
+        return self.free_slots[top - count:top][::-1].copy()
+
+    def push_slots(self, pages: NDArray[np.integer]) -> None:
+        top = self.free_slot_count
+        self.free_slots[top:top + pages.size] = np.sort(pages)[::-1]  # the stack hands out low ids first
+        self.free_slot_count = top + pages.size
+
+    def push_objects(self, objs: NDArray[np.integer]) -> None:
+        top = self.free_object_count
+        self.free_objects[top:top + objs.size] = np.sort(objs)[::-1]
+        self.free_object_count = top + objs.size
+
+    def clone(self) -> PoolSlots:
+        twin = object.__new__(PoolSlots)
+        twin.__dict__.update(self.__dict__)
+        for name in ("slot_object", "free_slots", "free_objects"):
+            setattr(twin, name, getattr(self, name).copy())
+        return twin
+
+
+class PagePools:
+    """Objects and device slots of every page pool; see the module docstring."""
+
+    def __init__(self, lanes: tuple[LaneSpec, ...], tables: dict[str, KindTable], requests: RequestTable,
+                 fired: dict[int, tuple[Event, ...]]) -> None:
+        """`fired[pool]`: the events the manager fires on that pool's objects (its role's), checked against the
+        spec here: SpecError when the pool's kind does not declare one."""
+        kinds = tuple(dict.fromkeys(lane.kind for lane in lanes))
+        self.codes = Codes.of(tables, kinds)
+        self.requests = requests
+        bases = np.cumsum([1] + [lane.pages - 1 for lane in lanes])
+        self.pools = tuple(PoolSlots(lane, int(b)) for lane, b in zip(lanes, bases, strict=False))
+        n = int(bases[-1])
+        kind = np.array([kinds.index(lane.kind) for lane in lanes], np.intp)
+        self.pool = np.concatenate([[0], np.repeat(np.arange(len(lanes)), [lane.pages - 1 for lane in lanes])])
+        self.pool = self.pool.astype(np.intp)
+        self.code = np.array([self.codes.code(int(k), self.codes.tables[k].initial) for k in kind], np.uint8)[self.pool]
+        self.version = np.arange(n, dtype=np.int64)  # unique stamps from the start
+        self.clock = n
+        self.leases = np.zeros(n, np.int32)
+        self.copies = np.zeros(n, np.int32)
+        self.holders = np.zeros(n, np.int32)
+        self.owner = np.full(n, NO_OWNER, np.int32)
+        self.row_token = np.zeros(n, np.int64)
+        self.full_token = np.zeros(n, np.int64)
+        self.slot = np.zeros(n, np.int32)  # object -> device page of its pool (NULL_OBJECT: none)
+        self.record = np.zeros(n, np.uint8)
+        self.stamp = np.zeros(n, np.int64)  # scratch for lease-membership guards
+        self.stamp_clock = 0
+        self.vdrop = np.zeros(n, np.int32)  # scratch of the eviction planner: references it would drop
+        for lane in lanes:
+            for event in fired[lane.index]:
+                tables[lane.kind].event_id(event)  # SpecError now when the spec lacks an event fired on it
+        self.rules = {e: self.codes.rule(e) for e in {e for events in fired.values() for e in events}}
+        self.published = self.codes_in(State.PUBLISHED)
+        self.retired = self.codes_in(State.RETIRED)
+        self.reserved = self.codes_in(State.RESERVED)
+        self.ready = self.codes_in(State.READY)
+
+    def codes_in(self, *states: str) -> NDArray[np.bool_]:
+        """Per code: is its state one of `states`."""
+        return np.array([self.codes.describe(c)[1] in states for c in range(self.codes.size)], np.bool_)
+
+    def in_state(self, objs: NDArray[np.integer], mask: NDArray[np.bool_]) -> NDArray[np.bool_]:
+        """Per object: is its code in `mask` (from `codes_in`)."""
+        found: NDArray[np.bool_] = mask[self.code[objs]]
+        return found
+
+    def state_name(self, obj: int) -> str:
+        return self.codes.describe(int(self.code[obj]))[1]
+
+    def kind_name(self, obj: int) -> str:
+        return self.codes.describe(int(self.code[obj]))[0]
+
+    # ------------------------------------------------------------------ steps
+
+    def step(self, objs: Index, event: Event, actor: int = NO_OWNER, counts: Index | None = None) -> None:
+        """Move every object of `objs` (distinct) by `event`; all or nothing (IllegalTransition changes nothing).
+
+        `counts` (one per object) scales the counting effects (index references).
+        """
+        if not objs.size:
+            return
+        rule = self.rules[event]
+        codes = self.code[objs]
+        dest = rule.dest[codes]
+        if not all_true(dest >= 0):
+            raise self._illegal(objs, codes, rule, None, actor)
+        if not rule.uniform:
+            self._step_groups(objs, codes, rule, actor, counts)
+            return
+        if rule.guards:
+            refused = first_refusing(rule.guards, rule.guard_names, ObjectView(self, objs, actor))
+            if refused is not None:
+                raise self._illegal(objs, codes, rule, refused, actor)
+        for name in rule.effects:
+            object_effects.EFFECTS[name](self, objs, actor, counts)
+        if not rule.self_loop:
+            self.code[objs] = dest
+            if rule.to_initial:
+                self._free_ids(objs)
+
+    def _step_groups(self, objs: Index, codes: NDArray[np.uint8], rule: EventRule, actor: int,
+                     counts: Index | None) -> None:
+        """The fallback: one guard evaluation per distinct code, then the effects of each group."""
+        groups = [(c, codes == c) for c in np.flatnonzero(np.bincount(codes)).tolist()]
+        for c, mask in groups:
+            edge = rule.edges[c]
+            assert edge is not None
+            refused = first_refusing(edge.guards, edge.guard_names, ObjectView(self, objs[mask], actor))
+            if refused is not None:
+                raise self._illegal(objs[mask], codes[mask], rule, refused, actor)
+        for c, mask in groups:
+            edge, part = rule.edges[c], objs[mask]
+            assert edge is not None
+            for name in edge.effects:
+                object_effects.EFFECTS[name](self, part, actor, None if counts is None else counts[mask])
+            dest = int(rule.dest[c])
+            if dest != c:
+                self.code[part] = dest
+                if self.codes.initial[dest]:
+                    self._free_ids(part)
+
+    def _illegal(self, objs: Index, codes: NDArray[np.uint8], rule: EventRule, guard: str | None,
+                 actor: int) -> IllegalTransition:
+        """IllegalTransition naming the kind and state of the first object the event cannot move."""
+        where = 0
+        if guard is None:
+            where = int(np.flatnonzero(rule.dest[codes] < 0)[0])
+        else:
+            edge = rule.edges[int(codes[0])]
+            assert edge is not None
+            check = edge.guards[edge.guard_names.index(guard)]
+            verdict = np.broadcast_to(np.asarray(check(ObjectView(self, objs, actor)), np.bool_), objs.shape)
+            refused = np.flatnonzero(~verdict)
+            where = int(refused[0]) if refused.size else 0
+        kind, state = self.codes.describe(int(codes[where]))
+        return IllegalTransition(kind=kind, state=state, event=rule.event.value, guard=guard)
+
+    def _free_ids(self, objs: Index) -> None:
+        """Objects that became absent: their ids go back to their pools' free stacks."""
+        for pool, part in self.by_pool(objs):
+            pool.push_objects(part)
+
+    def by_pool(self, objs: Index) -> Iterable[tuple[PoolSlots, Index]]:
+        """`objs` split by pool (one part when they all belong to one)."""
+        pools = self.pool[objs]
+        first = int(pools[0])
+        if not any_true(pools != first):
+            yield self.pools[first], objs
+            return
+        for p in np.flatnonzero(np.bincount(pools)).tolist():
+            yield self.pools[p], objs[pools == p]
+
+    def reserve(self, demands: list[tuple[int, NDArray[np.int64], NDArray[np.int64]]], actor: int) -> list[Index]:
+        """Per pool (count, row tokens, full tokens): that many FREE objects owned by `actor`, each placed in
+        a free page (guard slot_available reads the pools' free pages; IllegalTransition, nothing taken)."""
+        parts = [self.pools[p].free_objects[self.pools[p].free_object_count - n:self.pools[p].free_object_count][::-1]
+                 .astype(np.intp) if n else EMPTY for p, (n, _, _) in enumerate(demands)]
+        objs = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        if not objs.size:
+            return parts
+        self.step(objs, Event.RESERVE, actor)
+        for pool, (n, rows, fulls), part in zip(self.pools, demands, parts, strict=True):
+            if n:
+                pool.free_object_count -= n
+                self.row_token[part] = rows
+                self.full_token[part] = fulls
+        return parts
+
+    def take_slots(self, objs: Index) -> None:
+        """The take_slot effect: the lowest free pages of each object's pool become their placements."""
+        for pool, part in self.by_pool(objs):
+            assert part.size <= pool.free_slot_count, "guard slot_available precedes take_slot"
+            pages = pool.pop_slots(part.size)
+            self.slot[part] = pages
+            pool.slot_object[pages] = part
+
+    def free_placements(self, objs: Index) -> None:
+        """The free_slot effect: the objects' pages go back to their pools' free stacks."""
+        for pool, part in self.by_pool(objs):
+            pages = self.slot[part]
+            pool.slot_object[pages] = NULL_OBJECT
+            pool.push_slots(pages)
+        self.slot[objs] = NULL_OBJECT
+
+    def bump(self, objs: Index) -> None:
+        """The bump_version effect: fresh stamps, unique over the manager's life."""
+        self.version[objs] = np.arange(self.clock, self.clock + objs.size, dtype=np.int64)
+        self.clock += objs.size
+
+    # ------------------------------------------------------------------ compound uses
+
+    def settle(self, objs: Index) -> None:
+        """Distinct objects that just lost index references or pins: free what nobody holds or pins any more.
+
+        PUBLISHED and unreferenced: evicted when unpinned, retired (when its
+        kind retires) while a request still pins it; RETIRED and unpinned:
+        reclaimed.
+        """
+        if not objs.size:
+            return
+        codes = self.code[objs]
+        loose = (self.holders[objs] == 0) & self.published[codes]
+        retired = self.retired[codes]
+        if not any_true(loose | retired):
+            return
+        idle = (self.leases[objs] == 0) & (self.copies[objs] == 0)
+        self.step(objs[loose & idle], Event.EVICT)
+        held = objs[loose & ~idle]
+        retiring = held[self.rules[Event.RETIRE].dest[self.code[held]] >= 0] if Event.RETIRE in self.rules else EMPTY
+        self.step(retiring, Event.RETIRE)
+        self.step(objs[retired & idle], Event.RECLAIM)
+
+    def lease_mark(self, pinned: NDArray[np.integer], objs: NDArray[np.integer]) -> NDArray[np.bool_]:
+        """Which of `objs` appear in `pinned` (one request's lease list): two scatters, no sort."""
+        if not pinned.size:
+            return np.zeros(objs.shape, np.bool_)
+        self.stamp_clock += 1
+        self.stamp[pinned] = self.stamp_clock
+        found: NDArray[np.bool_] = self.stamp[objs] == self.stamp_clock
+        return found
+
+    def check_page(self, pool: int, page: int, version: int) -> tuple[bool, int, str]:
+        """Is `page` of `pool` still the placement of an object at `version` that may be read?"""
+        slots = self.pools[pool].slot_object
+        obj = int(slots[page]) if 0 <= page < len(slots) else NULL_OBJECT
+        if obj == NULL_OBJECT:
+            return False, -1, State.FREE.value
+        found, code = int(self.version[obj]), int(self.code[obj])
+        readable = bool(self.published[code] or self.retired[code])
+        return found == version and readable, found, self.codes.describe(code)[1]
+
+    def clone(self, requests: RequestTable) -> PagePools:
+        twin = object.__new__(PagePools)
+        twin.__dict__.update(self.__dict__)
+        for name, value in self.__dict__.items():
+            if isinstance(value, np.ndarray):
+                setattr(twin, name, value.copy())
+        twin.pools = tuple(p.clone() for p in self.pools)
+        twin.requests = requests
+        return twin
+
