@@ -226,14 +226,15 @@ class PagePools:
             pool.push_objects(part)
 
     def by_pool(self, objs: Index) -> Iterable[tuple[PoolSlots, Index]]:
-        """`objs` split by pool (one part when they all belong to one)."""
+        """`objs` split into runs of one pool each (callers list objects pool by pool, so runs are few)."""
         pools = self.pool[objs]
-        first = int(pools[0])
-        if not any_true(pools != first):
-            yield self.pools[first], objs
+        cuts = np.flatnonzero(pools[1:] != pools[:-1]) + 1
+        if not cuts.size:
+            yield self.pools[int(pools[0])], objs
             return
-        for p in np.flatnonzero(np.bincount(pools)).tolist():
-            yield self.pools[p], objs[pools == p]
+        edges = [0, *cuts.tolist(), objs.size]
+        for start, end in zip(edges, edges[1:], strict=False):
+            yield self.pools[int(pools[start])], objs[start:end]
 
     def reserve(self, demands: list[tuple[int, NDArray[np.int64], NDArray[np.int64]]], actor: int) -> list[Index]:
         """Per pool (count, row tokens, full tokens): that many FREE objects owned by `actor`, each placed in

@@ -44,6 +44,7 @@ MAX_LOAD_NUM, MAX_LOAD_DEN = 2, 3
 WINDOW_SLOTS = 8  # slots a round reads per key once at most BULK_KEYS keys are pending
 BULK_KEYS = 2048
 SCALAR_KEYS = 8  # pending keys at or below this count finish in a Python loop
+BULK_REMOVE_KEYS = 32  # removals above this count run in array rounds
 V16 = np.dtype("V16")
 OFFSETS = np.arange(WINDOW_SLOTS, dtype=np.intp)[:, None]
 
@@ -183,7 +184,16 @@ class KeyTable:
         return found
 
     def remove_ids(self, ids: NDArray[np.integer]) -> None:
-        """Remove the blocks `ids`, each present (their rows in `source` still hold their keys)."""
+        """Remove the blocks `ids`, each present (their rows in `source` still hold their keys).
+
+        A few: backward-shift deletion, one at a time.  Many (an eviction): in
+        bulk - empty their slots, lift out every entry of the runs that follow
+        the holes (up to the next empty slot: the only entries a hole can cut
+        off from their home) and insert those again, all with array rounds.
+        """
+        if len(ids) > BULK_REMOVE_KEYS:
+            self._remove_bulk(ids.astype(np.int32))
+            return
         table, stored, mask = self.ids, self.source.key, self.mask
         for block in ids.tolist():
             slot = stored.item(block, 1) & mask
@@ -192,6 +202,32 @@ class KeyTable:
                 slot = (slot + 1) & mask
             self._close_gap(slot)
         self.count -= len(ids)
+
+    def _remove_bulk(self, ids: NDArray[np.int32]) -> None:
+        holes = self._slots_of(ids)
+        self.ids[holes] = EMPTY
+        runs, pos = [], (holes + 1) & self.mask
+        while pos.size:  # walk every run after a hole to its end, all runs at once
+            occupied = self.ids[pos] != EMPTY
+            pos = pos[occupied]
+            runs.append(pos)
+            pos = (pos + 1) & self.mask
+        moved = np.unique(np.concatenate(runs)) if runs else np.zeros(0, np.intp)
+        entries = self.ids[moved]
+        self.ids[moved] = EMPTY
+        self.count -= len(ids) + len(entries)
+        self._place(self.source.key[entries, 1], entries)
+
+    def _slots_of(self, ids: NDArray[np.int32]) -> NDArray[np.intp]:
+        """The slot of each present block id, found along its key's probe chain (ids compared, not keys)."""
+        slot = self._home(self.source.key[ids, 1])
+        out = np.empty(len(ids), np.intp)
+        todo = np.arange(len(ids))
+        while todo.size:
+            found = self.ids[slot] == ids[todo]
+            out[todo[found]] = slot[found]
+            todo, slot = todo[~found], (slot[~found] + 1) & self.mask
+        return out
 
     def _close_gap(self, hole: int) -> None:
         """Backward-shift deletion: move later entries of the chain into the hole while each stays

@@ -100,7 +100,8 @@ class WindowRole(Role):
         table, width = req.tables[self.pools[i].index].view(), self.width[i]
         cols = (due // self.bt)[:, None] - width + self._offsets[i]
         covered = cols >= (np.maximum(0, due - self.window[i] + 1) // self.bt)[:, None]
-        objs = np.where(covered, table[np.clip(cols, 0, max(0, len(table) - 1))], NULL_OBJECT).astype(np.int32)
+        objs = table[np.where(covered, cols, 0)].astype(np.int32)  # blocks before token 0: read block 0, then
+        objs[~covered] = NULL_OBJECT                               # cleared
         return objs, covered
 
     def points_ready(self, req: RequestState, due: NDArray[np.int64]) -> Bools:
@@ -118,7 +119,10 @@ class WindowRole(Role):
         out = []
         for i in range(len(self.pools)):
             objs = self._spans(i, req, due[keep])[0]
-            flat = np.unique(objs[objs != NULL_OBJECT]).astype(np.intp)
+            flat = objs[objs != NULL_OBJECT].astype(np.intp)
+            if len(due) > 1:
+                flat = np.sort(flat)
+                flat = flat[np.concatenate(([True], flat[1:] != flat[:-1]))]  # overlapping windows share pages
             moves.add(Event.PUBLISH_PINNED, flat[self.owned(req, flat)])  # the request still reads them
             out.append(objs)
         return out
