@@ -28,12 +28,22 @@ Index = NDArray[np.intp]
 
 
 def verify(core: Core, req: RequestState, hit: Hit) -> list[Index]:
-    """StaleLease unless the hit is what the index holds now; returns its objects per page pool."""
-    ids = hit.block_ids
-    _check_blocks(core, req, hit)
-    point = point_of(core, ids)
-    _check_point(core, req, hit, point)
-    objs = hit_objects(core, ids, point)
+    """StaleLease unless the hit is what the index holds now; returns its objects per page pool.
+
+    When nothing changed since match produced this very hit (the page pools'
+    generation is the same), its blocks, point and objects are match's, and
+    only the pages and versions the hit lists are compared with them.
+    """
+    memo = req.matched
+    if memo is not None and memo[1] is hit and memo[0] == core.objects.generation \
+            and np.array_equal(memo[2], hit.block_ids):
+        objs = memo[4]
+    else:
+        ids = hit.block_ids
+        _check_blocks(core, req, hit)
+        point = point_of(core, ids)
+        _check_point(core, req, hit, point)
+        objs = hit_objects(core, ids, point)
     o = core.objects
     for pool, got in zip(core.pools, objs, strict=True):
         slots, stamps, published = o.slot[got], o.version[got], o.published[o.code[got]]
@@ -93,6 +103,7 @@ def _check_pages(req: RequestState, hit: Hit, name: str, o: PagePools, objs: Ind
 def acquire(core: Core, req: RequestState, hit: Hit) -> None:
     """Pin the hit for the request (one step over every pool) and seed its tables and chain from it."""
     objs = verify(core, req, hit)
+    req.matched = None
     every = np.concatenate(objs) if len(objs) > 1 else objs[0]
     core.objects.step(every, Event.PIN, req.slot)
     req.pins.add(every, core.objects.version[every])

@@ -32,7 +32,7 @@ def commit(core: Core, req: RequestState, num_tokens: int) -> None:
     publish(core, req, moves)
     core.index.attach(moves.attach)
     if points is not None:
-        core.index.keep_points(*points)
+        core.index.keep_points(*points, moves.point_holds)
     for role in core.roles:
         role.slide(req, req.pending_points, moves)
     give_back(core, req, moves)

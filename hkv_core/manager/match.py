@@ -144,10 +144,13 @@ def match(core: Core, req: RequestState) -> Hit:
     if tokens and (objs is None or blocks * core.block_tokens != candidate):
         objs = hit_objects(core, ids, point)
     pages, versions = pages_of(core, objs) if tokens and objs is not None else ({}, {})
-    return Hit(request_id=req.rid, tokens=tokens, candidate_tokens=candidate, reasons=tuple(reasons),
-               block_ids=ids.copy(), block_versions=core.index.blocks.version[ids], pages=pages,
-               versions=versions, partial_copy=partial, point=point,
-               point_version=int(core.index.points.version[point]) if point != NO_POINT else 0)
+    hit = Hit(request_id=req.rid, tokens=tokens, candidate_tokens=candidate, reasons=tuple(reasons),
+              block_ids=ids.copy(), block_versions=core.index.blocks.version[ids], pages=pages,
+              versions=versions, partial_copy=partial, point=point,
+              point_version=int(core.index.points.version[point]) if point != NO_POINT else 0)
+    if tokens and objs is not None:
+        req.matched = (core.objects.generation, hit, ids, point, objs)
+    return hit
 
 
 def pages_of(core: Core, objs: list[Index]) -> tuple[dict[str, NDArray[np.int32]], dict[str, NDArray[np.int64]]]:

@@ -131,6 +131,7 @@ class PagePools:
         self.stamp = np.zeros(n, np.int64)  # scratch for lease-membership guards
         self.stamp_clock = 0
         self.vdrop = np.zeros(n, np.int32)  # scratch of the eviction planner: references it would drop
+        self.generation = 0  # moves on every change of a code, a version or the index (hits matched before are checked)
         for lane in lanes:
             for event in fired[lane.index]:
                 tables[lane.kind].event_id(event)  # SpecError now when the spec lacks an event fired on it
@@ -169,18 +170,24 @@ class PagePools:
         dest = rule.dest[codes]
         if not all_true(dest >= 0):
             raise self._illegal(objs, codes, rule, None, actor)
-        if not rule.uniform:
-            self._step_groups(objs, codes, rule, actor, counts)
-            return
-        if rule.guards:
-            refused = first_refusing(rule.guards, rule.guard_names, ObjectView(self, objs, actor))
+        if len(rule.variants) == 1:
+            variant = rule.variants[0]
+        else:
+            kinds = rule.variant[codes]
+            if any_true(kinds != kinds[0]):
+                self._step_groups(objs, codes, rule, actor, counts)
+                return
+            variant = rule.variants[int(kinds[0])]
+        if variant.guards:
+            refused = first_refusing(variant.guards, variant.guard_names, ObjectView(self, objs, actor))
             if refused is not None:
                 raise self._illegal(objs, codes, rule, refused, actor)
-        for name in rule.effects:
+        for name in variant.effects:
             object_effects.EFFECTS[name](self, objs, actor, counts)
-        if not rule.self_loop:
+        if not variant.self_loop:
+            self.generation += 1
             self.code[objs] = dest
-            if rule.to_initial:
+            if variant.to_initial:
                 self._free_ids(objs)
 
     def _step_groups(self, objs: Index, codes: NDArray[np.uint8], rule: EventRule, actor: int,
@@ -199,6 +206,7 @@ class PagePools:
             for name in edge.effects:
                 object_effects.EFFECTS[name](self, part, actor, None if counts is None else counts[mask])
             dest = int(rule.dest[c])
+            self.generation += 1
             if dest != c:
                 self.code[part] = dest
                 if self.codes.initial[dest]:
@@ -239,17 +247,23 @@ class PagePools:
     def reserve(self, demands: list[tuple[int, NDArray[np.int64], NDArray[np.int64]]], actor: int) -> list[Index]:
         """Per pool (count, row tokens, full tokens): that many FREE objects owned by `actor`, each placed in
         a free page (guard slot_available reads the pools' free pages; IllegalTransition, nothing taken)."""
-        parts = [self.pools[p].free_objects[self.pools[p].free_object_count - n:self.pools[p].free_object_count][::-1]
-                 .astype(np.intp) if n else EMPTY for p, (n, _, _) in enumerate(demands)]
-        objs = np.concatenate(parts) if len(parts) > 1 else parts[0]
-        if not objs.size:
-            return parts
-        self.step(objs, Event.RESERVE, actor)
-        for pool, (n, rows, fulls), part in zip(self.pools, demands, parts, strict=True):
+        parts, taken = [EMPTY] * len(self.pools), []
+        for pool, (n, rows, fulls) in zip(self.pools, demands, strict=True):
             if n:
-                pool.free_object_count -= n
-                self.row_token[part] = rows
-                self.full_token[part] = fulls
+                top = pool.free_object_count
+                parts[pool.index] = part = pool.free_objects[top - n:top][::-1].astype(np.intp)
+                taken.append((pool, n, part, rows, fulls))
+        if not taken:
+            return parts
+        objs = np.concatenate([t[2] for t in taken]) if len(taken) > 1 else taken[0][2]
+        self.step(objs, Event.RESERVE, actor)
+        for pool, n, _, _, _ in taken:
+            pool.free_object_count -= n
+        if len(taken) > 1:
+            self.row_token[objs] = np.concatenate([t[3] for t in taken])
+            self.full_token[objs] = np.concatenate([t[4] for t in taken])
+        else:
+            self.row_token[objs], self.full_token[objs] = taken[0][3], taken[0][4]
         return parts
 
     def take_slots(self, objs: Index) -> None:
@@ -272,6 +286,7 @@ class PagePools:
         """The bump_version effect: fresh stamps, unique over the manager's life."""
         self.version[objs] = np.arange(self.clock, self.clock + objs.size, dtype=np.int64)
         self.clock += objs.size
+        self.generation += 1
 
     # ------------------------------------------------------------------ compound uses
 

@@ -90,6 +90,8 @@ class RequestState:
     point_rows: int = 0  # index rows reserved for resume points its commits may keep
     plans: set[int] = attrs.field(factory=set)  # copy plans issued for it and not yet completed
     failed_plan: int = -1  # a copy plan that failed: its targets are unusable
+    matched: tuple[int, object, NDArray[np.int32], int, list[NDArray[np.intp]]] | None = None  # match's last hit:
+    # (page-pool generation, the Hit, its blocks, its point, its objects per pool)
     token_room: NDArray[np.int64] | None = None  # `tokens` is a prefix view of it while decoding
     key_room: NDArray[np.uint64] | None = None  # `keys` likewise
 

@@ -4,10 +4,11 @@ The page pools keep one lifecycle state per object as a *code*: the kind's
 offset plus its state index (kinds in spec order; fewer than 256 codes).  For
 each event the code fires, `EventRule.dest[code]` is the destination code
 (-1 where the spec has no transition) and `edges[code]` the compiled edge.
-When every edge of the event has the same guards and effects (true of every
-event the manager fires on a hot path), one evaluation of the guards and one
-application of each effect covers a step over objects of any pools, kinds
-and states; otherwise the step falls back to one group per code.
+Edges of an event that share guards and effects form a variant; when the
+objects of a step fall in one variant (always, on the manager's hot paths),
+one evaluation of the guards and one application of each effect covers a
+step over objects of any pools, kinds and states; otherwise the step falls
+back to one group per code.
 """
 
 from __future__ import annotations
@@ -22,18 +23,25 @@ from hkv_core.spec.table import Compiled, KindTable
 
 
 @attrs.frozen(kw_only=True)
+class Variant:
+    """The guards and effects some edges of an event share, and where those edges go."""
+
+    guards: tuple[Guard, ...]
+    guard_names: tuple[str, ...]
+    effects: tuple[str, ...]
+    self_loop: bool  # every such edge stays in its state
+    to_initial: bool  # every such edge ends in its kind's initial (absent) state
+
+
+@attrs.frozen(kw_only=True)
 class EventRule:
-    """One event over all codes: destinations, edges, and the shared guards/effects when uniform."""
+    """One event over all codes: destinations, edges, and the variants of guards/effects they share."""
 
     event: Event
     dest: NDArray[np.int16]  # per code: destination code, or -1
     edges: tuple[Compiled | None, ...]  # per code
-    uniform: bool  # every edge has the same guards and effects
-    guards: tuple[Guard, ...]
-    guard_names: tuple[str, ...]
-    effects: tuple[str, ...]
-    self_loop: bool  # every edge stays in its state
-    to_initial: bool  # every edge ends in its kind's initial (absent) state
+    variant: NDArray[np.int8]  # per code: index into `variants` (-1: no edge)
+    variants: tuple[Variant, ...]
 
 
 @attrs.frozen(kw_only=True)
@@ -87,9 +95,16 @@ class Codes:
                     edges[code], dest[code] = edge, self.offsets[k] + edge.dest
         present = [(c, e) for c, e in enumerate(edges) if e is not None]
         assert present, f"no kind of these pools declares event {event}"
-        signatures = {(e.guard_names, e.effects) for _, e in present}
-        first = present[0][1]
-        return EventRule(event=event, dest=dest, edges=tuple(edges), uniform=len(signatures) == 1,
-                         guards=first.guards, guard_names=first.guard_names, effects=first.effects,
-                         self_loop=all(dest[c] == c for c, _ in present),
-                         to_initial=all(self.initial[dest[c]] for c, _ in present))
+        groups: dict[tuple[tuple[str, ...], tuple[str, ...]], list[int]] = {}
+        for c, e in present:
+            groups.setdefault((e.guard_names, e.effects), []).append(c)
+        variant = np.full(self.size, -1, np.int8)
+        variants = []
+        for v, codes in enumerate(groups.values()):
+            first = edges[codes[0]]
+            assert first is not None
+            variant[codes] = v
+            variants.append(Variant(guards=first.guards, guard_names=first.guard_names, effects=first.effects,
+                                    self_loop=all(dest[c] == c for c in codes),
+                                    to_initial=all(self.initial[dest[c]] for c in codes)))
+        return EventRule(event=event, dest=dest, edges=tuple(edges), variant=variant, variants=tuple(variants))

@@ -2,20 +2,24 @@
 
 ``brute_force_hit_tokens(manager, rid)`` answers the same question as
 ``CacheManager.match(rid).tokens`` without reusing anything from
-``hkv_core.manager.hit``: it tries every candidate block boundary ``P`` from
-the largest one down to 0 and returns the first one where every object the
-resume point needs is present, checked one block and one page at a time with
-plain Python loops over the manager's live structures:
+``hkv_core.manager.match`` or the role objects: it tries every candidate
+block boundary ``P`` from the largest one down to 0 and returns the first one
+where every object the resume point needs is present, checked one block and
+one page at a time with plain Python loops over the prefix index's tables
+(``core.index.blocks`` / ``.points`` / ``.keys``) and the layout's pools:
 
 - every block of ``[0, P)`` is in the key table (one lookup per block) and the
-  blocks form the chain (alive, parent = previous block, position = index);
-- every prefix pool has a non-NULL page for each of its page spans over
-  ``[0, P)`` that holds an entry j < P // r (the page recorded at the last
-  block of the span inside ``[0, P)``);
-- every window pool has a non-NULL window page for each block overlapping
-  ``[P - W + 1, P)`` (``W``: the window of the pool's layer group);
-- when the layout has tail pools, the block ending at ``P`` carries a resume
-  point with a non-NULL snapshot page in every tail pool;
+  blocks form the chain (INDEXED, parent = previous block, the same key);
+- every prefix pool (compressed KV, indexer keys) has a non-NULL, PUBLISHED
+  object for each of its page spans over ``[0, P)`` that holds an entry
+  j < P // r: the object the block table records, in the column of the pool's
+  page pool, at the last block of the span inside ``[0, P)`` (a page the
+  request stopped in was sealed at release and is recorded on the blocks it
+  completed);
+- when the layout has window or tail pools, a resume point is KEPT on the
+  block ending at ``P`` (the block's point is a KEPT row of the point table
+  recorded for that block at ``P`` tokens): the point is the one owner of the
+  window pages and tail snapshots a hit at ``P`` reads;
 - without partial-page copy, ``P`` is a multiple of the LCM of the block and of
   every prefix pool's tokens per page;
 - an unaccepted abi id or a misaligned page size rejects every hit (0).
@@ -32,16 +36,22 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
-from hkv_core.manager import NULL_PAGE, CacheManager, PoolRole
-from hkv_core.manager.core import Core, RequestState
+from hkv_core.layout import EntryKind, ObjectKind, PoolSpec
+from hkv_core.manager import CacheManager
+from hkv_core.manager.core import Core
+from hkv_core.manager.requests import RequestState
 
-NO_PARENT = -1
+NO_BLOCK = -1
+NO_POINT = -1
+NULL_OBJECT = 0
+PREFIX_KINDS = {(ObjectKind.COMPRESSED_KV, EntryKind.COMPRESSED_ENTRY),
+                (ObjectKind.INDEXER_STATE, EntryKind.COMPRESSED_ENTRY)}
 
 
 def brute_force_hit_tokens(manager: CacheManager, rid: int) -> int:
     """The longest safe resume point of request ``rid``, found by exhaustive naive search."""
     core = manager.core
-    req = core.requests[rid]
+    req = core.requests.by_rid[rid]
     if _rejected(core):
         return 0
     block = core.block_tokens
@@ -60,10 +70,10 @@ def _rejected(core: Core) -> bool:
     alignment = core.config.device_alignment_bytes
     if alignment is None:
         alignment = core.layout.alignment_bytes
-    for info in core.infos:
-        if accepted is not None and info.spec.abi_id not in accepted:
+    for spec in core.layout.pools:
+        if accepted is not None and spec.abi_id not in accepted:
             return True
-        if info.spec.page_bytes % alignment != 0:
+        if spec.page_bytes % alignment != 0:
             return True
     return False
 
@@ -74,24 +84,44 @@ def _request_keys(core: Core, req: RequestState) -> NDArray[np.uint64]:
 
 
 def _indexed_chain(core: Core, req: RequestState, blocks: int) -> list[int]:
-    """Arena ids of blocks 0, 1, ... while each is indexed and chained to the previous one."""
+    """Block ids of blocks 0, 1, ... while each is indexed and chained to the previous one."""
     keys = _request_keys(core, req)
-    arena = core.arena
+    table = core.index.blocks
+    indexed = table.table.state_id("INDEXED")
     chain: list[int] = []
     for k in range(min(blocks, len(keys))):
         probe = np.array([[keys[k][0], keys[k][1]]], dtype=np.uint64)
-        found = int(core.keys.lookup(probe)[0])
+        found = int(core.index.keys.lookup(probe)[0])
         if found < 0:
             break
-        expected_parent = chain[-1] if chain else NO_PARENT
-        if not bool(arena.alive[found]) or int(arena.parent[found]) != expected_parent:
+        expected_parent = chain[-1] if chain else NO_BLOCK
+        if int(table.state[found]) != indexed or int(table.parent[found]) != expected_parent:
             break
-        if int(arena.position[found]) != k:
-            break
-        if int(arena.key[found][0]) != int(keys[k][0]) or int(arena.key[found][1]) != int(keys[k][1]):
+        if int(table.key[found][0]) != int(keys[k][0]) or int(table.key[found][1]) != int(keys[k][1]):
             break
         chain.append(found)
     return chain
+
+
+def _is_prefix(spec: PoolSpec) -> bool:
+    return (spec.object_kind, spec.entry_kind) in PREFIX_KINDS
+
+
+def _needs_points(core: Core) -> bool:
+    """Window or tail pools: a hit reads window rows and tail snapshots, which only resume points hold."""
+    return any(not _is_prefix(spec) for spec in core.layout.pools)
+
+
+def _block_column(core: Core, name: str) -> int:
+    """The block-table column of the page pool that layout pool `name` is a member of."""
+    for col, (pool, _) in enumerate(core.index.blocks.refs):
+        if name in pool.spec.member_names:
+            return col
+    raise AssertionError(f"prefix pool {name} has no block-table column")
+
+
+def _published(core: Core, obj: int) -> bool:
+    return obj != NULL_OBJECT and core.objects.state_name(obj) == "PUBLISHED"
 
 
 def _usable(core: Core, chain: list[int], prefix: int) -> bool:
@@ -102,39 +132,38 @@ def _usable(core: Core, chain: list[int], prefix: int) -> bool:
         return False
     if not core.config.allow_partial_page_copy and prefix % _lcm_tokens(core) != 0:
         return False
-    arena = core.arena
-    prefix_col = window_col = tail_col = 0
-    has_tails = False
-    for info in core.infos:
-        if info.role is PoolRole.PREFIX:
-            col, prefix_col = prefix_col, prefix_col + 1
-            page_tokens, ratio = info.spec.tokens_per_page, max(1, info.spec.compress_ratio)
-            needed_entries = prefix // ratio  # entries j < P // r; a span with none of them is not read
-            span_start = 0
-            while span_start // ratio < needed_entries:
-                span_end = min(span_start + page_tokens, prefix)
-                last_block = chain[span_end // block - 1]
-                if int(arena.prefix_pages[last_block][col]) == NULL_PAGE:
-                    return False
-                span_start += page_tokens
-        elif info.role is PoolRole.WINDOW:
-            col, window_col = window_col, window_col + 1
-            window = core.layout.group(info.spec.group_name).window_tokens
-            first_token = max(0, prefix - window + 1)
-            for k in range(first_token // block, blocks):  # the blocks overlapping [first_token, prefix)
-                if int(arena.window_pages[chain[k]][col]) == NULL_PAGE:
-                    return False
-        else:
-            col, tail_col = tail_col, tail_col + 1
-            has_tails = True
-            if int(arena.tail_pages[chain[blocks - 1]][col]) == NULL_PAGE:
+    table = core.index.blocks
+    for spec in core.layout.pools:
+        if not _is_prefix(spec):
+            continue
+        col = _block_column(core, spec.name)
+        page_tokens, ratio = spec.tokens_per_page, max(1, spec.compress_ratio)
+        needed_entries = prefix // ratio  # entries j < P // r; a span with none of them is not read
+        span_start = 0
+        while span_start // ratio < needed_entries:
+            span_end = min(span_start + page_tokens, prefix)
+            last_block = chain[span_end // block - 1]
+            if not _published(core, int(table.refs[col][1][last_block][0])):
                 return False
-    return not has_tails or bool(arena.point[chain[blocks - 1]])
+            span_start += page_tokens
+    if _needs_points(core):
+        return _point_kept(core, chain[blocks - 1], prefix)
+    return True
+
+
+def _point_kept(core: Core, block_id: int, prefix: int) -> bool:
+    """A KEPT resume point is recorded on block `block_id`, for that block, at `prefix` tokens."""
+    points = core.index.points
+    row = int(core.index.blocks.point[block_id])
+    if row == NO_POINT:
+        return False
+    kept = int(points.state[row]) == points.table.state_id("KEPT")
+    return kept and int(points.block[row]) == block_id and int(points.tokens[row]) == prefix
 
 
 def _lcm_tokens(core: Core) -> int:
     lcm = core.block_tokens
-    for info in core.infos:
-        if info.role is PoolRole.PREFIX:
-            lcm = math.lcm(lcm, info.spec.tokens_per_page)
+    for spec in core.layout.pools:
+        if _is_prefix(spec):
+            lcm = math.lcm(lcm, spec.tokens_per_page)
     return lcm

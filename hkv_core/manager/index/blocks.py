@@ -51,12 +51,21 @@ class BlockTable(EntryTable):
         self.key[rows] = keys
         self.parent[rows[0]] = parent
         self.parent[rows[1:]] = rows[:-1]
-        self.step(rows, Event.INDEX)
+        self.step(rows, Event.INDEX, refs=())  # fresh rows refer to nothing yet: their pages attach later
         self.children[rows] = 1
         self.children[rows[-1]] = 0
         if parent != NO_BLOCK:
             self.children[parent] += 1
         return rows
+
+    def ancestors(self, last: int, count: int) -> NDArray[np.int32]:
+        """The chain of `count` blocks ending at block `last`, root first (parent links)."""
+        out = np.empty(count, np.int32)
+        parent, block = self.parent, last
+        for i in range(count - 1, -1, -1):
+            out[i] = block
+            block = parent.item(block)
+        return out
 
     def attach(self, updates: list[Attach]) -> None:
         """Blocks now refer to objects of some prefix page pools: one `attach` over every block updated.

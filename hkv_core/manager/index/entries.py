@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from hkv_core.arrays import all_true, any_true
+from hkv_core.arrays import all_true, any_true, distinct
 from hkv_core.manager.page_pools import NULL_OBJECT, PagePools, PoolSlots
 from hkv_core.spec.guards import GuardView
 from hkv_core.spec.names import Event
@@ -36,7 +36,9 @@ EMPTY = np.zeros(0, np.intp)
 class EntryTable:
     """Rows, states, versions and object references of one index kind; subclasses add their columns."""
 
-    def __init__(self, table: KindTable, capacity: int, objects: PagePools, refs: list[tuple[PoolSlots, int]]) -> None:
+    def __init__(self, table: KindTable, capacity: int, objects: PagePools, refs: list[tuple[PoolSlots, int]],
+                 sole: frozenset[int] = frozenset()) -> None:
+        """`sole`: columns whose objects no two entries share (a resume point's own tail snapshot)."""
         assert capacity >= 1
         self.table, self.capacity, self.store = table, capacity, objects
         self.state = np.full(capacity, table.initial, np.uint8)
@@ -48,6 +50,7 @@ class EntryTable:
         self.refs: list[Ref] = [(pool, np.zeros((capacity, width), np.int32)) for pool, width in refs]
         self.unheld: list[Index] = []
         self.pending: dict[int, tuple[Index, Index]] = {}  # column -> (objects, counts) the next hold takes
+        self.sole = sole
         self.s_free = table.initial
         self.events = {e: table.event_index[e] for e in Event if e in table.event_index}
 
@@ -74,6 +77,7 @@ class EntryTable:
         assert not any_true(states != states[0]), "an index step moves rows of one state"
         edge = self.table.step(int(states[0]), self.events[event], self.view(rows))
         chosen = range(len(self.refs)) if refs is None else refs
+        self.store.generation += 1
         for name in edge.effects:
             ENTRY_EFFECTS[name](self, rows, chosen)
         self.state[rows] = edge.dest
@@ -90,10 +94,15 @@ class EntryTable:
             if take_pending and r in self.pending:
                 got, n = self.pending.pop(r)
             else:
-                listed = self.refs[r][1][rows]
-                if not any_true(listed.ravel() != NULL_OBJECT):  # nothing listed (a block before its pages)
+                listed = self.refs[r][1][rows].ravel()
+                real = listed != NULL_OBJECT
+                if not any_true(real):  # nothing listed (a block before its pages)
                     continue
-                got, n = _counted(listed)
+                if r in self.sole:
+                    got = listed[real].astype(np.intp)
+                    n = np.ones(got.size, np.intp)
+                else:
+                    got, n = _counted(listed)
             objs.append(got)
             counts.append(n)
         if not objs:
@@ -118,7 +127,7 @@ class EntryTable:
     def take_unheld(self) -> Index:
         """Objects that lost references since the last call (distinct)."""
         out, self.unheld = self.unheld, []
-        return np.unique(np.concatenate(out)) if len(out) > 1 else (out[0] if out else EMPTY)
+        return distinct(np.concatenate(out)) if len(out) > 1 else (out[0] if out else EMPTY)
 
     def clone_into(self, twin: EntryTable, objects: PagePools) -> None:
         """Copy every array of this table into `twin` (already `object.__new__`), the page pools swapped."""

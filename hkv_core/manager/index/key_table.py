@@ -37,6 +37,8 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from hkv_core.arrays import distinct
+
 EMPTY = -1
 PENDING = -2  # a probe round's verdict for a key whose window holds neither it nor an empty slot
 MIN_CAPACITY = 1024
@@ -65,6 +67,7 @@ class KeyTable:
         self._alloc(capacity)
 
     def _alloc(self, capacity: int) -> None:
+        self.scratch: NDArray[np.int32] | None = None  # claims of an insert round (allocated at first use)
         self.ids = np.full(capacity, EMPTY, np.int32)
         self.mask = capacity - 1
         self.count = 0
@@ -72,7 +75,7 @@ class KeyTable:
     def clone(self, source: KeySource) -> KeyTable:
         """An independent copy reading keys from `source` (a copy of this table's source)."""
         twin = copy.copy(self)
-        twin.source, twin.ids = source, self.ids.copy()
+        twin.source, twin.ids, twin.scratch = source, self.ids.copy(), None
         return twin
 
     def _home(self, lo: NDArray[np.uint64]) -> NDArray[np.intp]:
@@ -99,6 +102,11 @@ class KeyTable:
             keep = np.flatnonzero(found == PENDING)
             todo, slot = todo.take(keep), slot.take(keep) + width
         return self._finish(keys, out, todo, slot)
+
+    def find(self, key: NDArray[np.uint64]) -> int:
+        """The id of one key (shape (2,)), EMPTY when absent."""
+        lo = int(key[1])
+        return self._find(int(key[0]), lo, lo & self.mask)[1]
 
     def _probe(self, rows: NDArray[np.void], keys: NDArray[np.void], slot: NDArray[np.intp],
                width: int) -> NDArray[np.int32]:
@@ -146,7 +154,9 @@ class KeyTable:
         """Write `ids` at the first empty slot of each probe chain (home slot from `lo`)."""
         todo, slot = np.arange(len(ids), dtype=np.int32), self._home(lo)
         if todo.size > SCALAR_KEYS:
-            scratch = np.empty(len(self.ids), np.int32)
+            if self.scratch is None:
+                self.scratch = np.empty(len(self.ids), np.int32)
+            scratch = self.scratch
             while todo.size > SCALAR_KEYS:
                 width = _width(todo.size)
                 todo, slot = self._claim(scratch, ids, todo, slot, width)
@@ -212,7 +222,7 @@ class KeyTable:
             pos = pos[occupied]
             runs.append(pos)
             pos = (pos + 1) & self.mask
-        moved = np.unique(np.concatenate(runs)) if runs else np.zeros(0, np.intp)
+        moved = distinct(np.concatenate(runs)) if runs else np.zeros(0, np.intp)
         entries = self.ids[moved]
         self.ids[moved] = EMPTY
         self.count -= len(ids) + len(entries)

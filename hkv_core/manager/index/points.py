@@ -27,7 +27,8 @@ class PointTable(EntryTable):
 
     def __init__(self, table: KindTable, capacity: int, objects: PagePools, pools: list[tuple[PoolSlots, int]],
                  blocks: BlockTable) -> None:
-        super().__init__(table, capacity, objects, pools)
+        super().__init__(table, capacity, objects, pools,
+                         sole=frozenset(c for c, (_, width) in enumerate(pools) if width == 1))
         self.blocks = blocks
         self.block = np.full(capacity, -1, np.int32)
         self.tokens = np.zeros(capacity, np.int64)
@@ -40,15 +41,20 @@ class PointTable(EntryTable):
         found: NDArray[np.int32] = self.refs[col][1][rows]
         return found
 
-    def keep(self, blocks: NDArray[np.integer], tokens: NDArray[np.integer],
-             objects: list[NDArray[np.int32]]) -> Index:
-        """Keep a point at the end of each of `blocks`, referring to `objects` (one matrix per column)."""
+    def keep(self, blocks: NDArray[np.integer], tokens: NDArray[np.integer], objects: list[NDArray[np.int32]],
+             holds: dict[int, tuple[Index, Index]] | None = None) -> Index:
+        """Keep a point at the end of each of `blocks`, referring to `objects` (one matrix per column);
+        `holds`: per column, the distinct objects and how often the points list each, when known."""
         rows = self.peek_rows(len(blocks))
         self.block[rows] = blocks
         self.tokens[rows] = tokens
         for (_, column), objs in zip(self.refs, objects, strict=True):
             column[rows] = objs
-        self.step(rows, Event.KEEP)
+        self.pending.update(holds or {})
+        try:
+            self.step(rows, Event.KEEP)
+        finally:
+            self.pending.clear()
         self.blocks.point[blocks] = rows
         return rows
 

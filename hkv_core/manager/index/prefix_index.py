@@ -25,6 +25,7 @@ from hkv_core.manager.requests import RequestTable
 from hkv_core.spec.table import KindTable
 
 Index = NDArray[np.intp]
+WALK_BLOCKS = 2048  # a matched chain up to this long is read by parent links, longer ones by key lookups
 
 
 @attrs.frozen(kw_only=True)
@@ -55,10 +56,24 @@ class PrefixIndex:
     # ------------------------------------------------------------------ lookups
 
     def matched(self, keys: NDArray[np.uint64]) -> NDArray[np.int32]:
-        """Block ids of the longest prefix of `keys` that is indexed (a chain: only leaves are ever dropped)."""
-        ids = self.keys.lookup(keys)
-        missing = np.flatnonzero(ids == EMPTY)
-        return ids[:missing[0]] if missing.size else ids
+        """Block ids of the longest prefix of `keys` that is indexed.
+
+        Only leaves are ever dropped, so presence along a chain is monotone: a
+        binary search over scalar probes finds the longest indexed prefix, and
+        its blocks are the last one's ancestors (parent links), no key compared.
+        """
+        present, absent = 0, len(keys) + 1  # keys[:present] indexed, keys[:absent] not
+        last = NO_BLOCK
+        while absent - present > 1:
+            mid = (present + absent) // 2
+            found = self.keys.find(keys[mid - 1])
+            if found == EMPTY:
+                absent = mid
+            else:
+                present, last = mid, found
+        if present > WALK_BLOCKS:  # a long chain: one vectorized lookup beats a Python walk
+            return self.keys.lookup(keys[:present])
+        return self.blocks.ancestors(last, present)
 
     def lookup(self, keys: NDArray[np.uint64]) -> NDArray[np.int32]:
         return self.keys.lookup(keys)
@@ -94,8 +109,8 @@ class PrefixIndex:
     # ------------------------------------------------------------------ points
 
     def keep_points(self, blocks: NDArray[np.integer], tokens: NDArray[np.integer],
-                    objects: list[NDArray[np.int32]]) -> Index:
-        rows = self.points.keep(blocks, tokens, objects)
+                    objects: list[NDArray[np.int32]], holds: dict[int, tuple[Index, Index]] | None = None) -> Index:
+        rows = self.points.keep(blocks, tokens, objects, holds)
         self.points.reserved -= len(rows)
         return rows
 

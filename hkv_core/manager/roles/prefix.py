@@ -164,6 +164,11 @@ class PrefixRole(Role):
     def _spans(self, i: int, req: RequestState, objs: Index, pages: Index) -> tuple[Index, Attach]:
         """Which of `objs` (pages `pages` of the request) some block of their span lacks, and the attach."""
         per_page, chain = self.span[i], req.chain.view()
+        if per_page == 1 and pages[-1] < len(chain):  # one block per page (the shortest pages): no spans
+            ids = chain[pages]
+            lacking = self._objects(ids, i) == NULL_OBJECT
+            used = objs[lacking]
+            return used, (self.columns[i], ids[lacking].astype(np.intp), used, used, np.ones(used.size, np.intp))
         spans = (pages[:, None] * per_page + np.arange(per_page)).ravel()
         inside = spans < len(chain)  # a sealed page covers only the blocks its rows complete
         ids = chain[spans[inside]]

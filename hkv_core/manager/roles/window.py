@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from hkv_core.arrays import distinct
 from hkv_core.manager.id_list import IdList
 from hkv_core.manager.index import NO_POINT
 from hkv_core.manager.page_pools import NULL_OBJECT, PoolSlots
@@ -47,6 +48,7 @@ class WindowRole(Role):
         self.window = [p.spec.window_tokens for p in pools]
         self.width = [window_width(w, self.bt) for w in self.window]
         self._offsets = [np.arange(w) for w in self.width]
+        self._ready: tuple[object, list[tuple[NDArray[np.int32], Bools]]] = (None, [])  # spans points_ready saw
 
     def first_block(self, i: int, boundary: int) -> int:
         """First block whose rows a resume point at `boundary` reads in pool i."""
@@ -108,22 +110,24 @@ class WindowRole(Role):
         """A point needs every window page of its span, each the request's own or still PUBLISHED (not retired)."""
         ok = np.ones(len(due), np.bool_)
         o = self.objects
-        for i in range(len(self.pools)):
-            objs, covered = self._spans(i, req, due)
+        spans = [self._spans(i, req, due) for i in range(len(self.pools))]
+        for objs, covered in spans:
             usable = (objs != NULL_OBJECT) & (self.owned(req, objs) | o.published[o.code[objs]])
             ok &= np.all(usable | ~covered, axis=1)
+        self._ready = ((req.rid, req.computed, len(due)), spans)  # take_points reads the same spans
         return ok
 
     def take_points(self, req: RequestState, due: NDArray[np.int64], keep: Bools,
                     moves: Moves) -> list[NDArray[np.int32]]:
         out = []
+        key, spans = self._ready
         for i in range(len(self.pools)):
-            objs = self._spans(i, req, due[keep])[0]
-            flat = objs[objs != NULL_OBJECT].astype(np.intp)
-            if len(due) > 1:
-                flat = np.sort(flat)
-                flat = flat[np.concatenate(([True], flat[1:] != flat[:-1]))]  # overlapping windows share pages
+            objs = spans[i][0][keep] if key == (req.rid, req.computed, len(due)) else self._spans(i, req, due[keep])[0]
+            listed = objs[objs != NULL_OBJECT].astype(np.intp)
+            flat = distinct(listed)
             moves.add(Event.PUBLISH_PINNED, flat[self.owned(req, flat)])  # the request still reads them
+            if flat.size == listed.size:  # windows of the points do not overlap: one reference each
+                moves.point_holds[self.columns[i]] = (flat, np.ones(flat.size, np.intp))
             out.append(objs)
         return out
 
