@@ -15,7 +15,7 @@
     part of the per-request total; add_request's own hashing is).
 (b) one 1,048,576-token prompt (65,536 blocks): hash, allocate + commit in
     chunks of 8,192 tokens, then a second identical request's hash and match;
-    and the index's metadata bytes per block measured with tracemalloc.
+    and the index's metadata bytes per block (its tables, allocated at construction).
 
 Timings are this thread's CPU time unless `--clock wall`.  Figures are medians
 over the runs (each run is listed too); nothing asserts on timings (this file
@@ -37,7 +37,6 @@ import statistics
 import subprocess
 import sys
 import time
-import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -50,6 +49,7 @@ from hkv_core.block_keys import ExtraKeys  # noqa: E402
 from hkv_core.errors import HkvError  # noqa: E402
 from hkv_core.layout import Layout  # noqa: E402
 from hkv_core.manager import CacheManager, ManagerConfig  # noqa: E402
+from hkv_core.plan import Completion  # noqa: E402
 
 # ---------------------------------------------------------------- constants
 
@@ -67,7 +67,7 @@ CHUNK_TOKENS = 8_192
 DECODE_STEPS = 64  # one-token decode steps timed on the long context after its prefill
 RUNS = 3
 QUICK_RUNS = 1
-MEMORY_FRAMES = 6  # tracemalloc stack depth: enough to see the hkv_core caller under numpy's Python wrappers
+DONE = Completion()
 
 LAYOUTS: dict[str, Callable[[], Layout]] = {
     "llama_full": lambda: Layout.from_preset("llama_full"),
@@ -167,7 +167,7 @@ def run_shared(layout: Layout, requests: list[np.ndarray], pool_pages: int, hash
         before = core.stats["evicted_blocks"] + core.stats["evicted_points"]
         todo = len(tokens) - found.tokens
         t4 = ns()
-        m.allocate(rid, todo)
+        allocate(m, rid, todo)
         t5 = ns()
         m.commit(rid, todo)
         t6 = ns()
@@ -249,7 +249,7 @@ def run_long(layout: Layout, tokens: np.ndarray, pool_pages: int) -> dict[str, f
     for start in range(0, len(tokens), CHUNK_TOKENS):
         step = min(CHUNK_TOKENS, len(tokens) - start)
         a = ns()
-        m.allocate(rid, step)
+        allocate(m, rid, step)
         b = ns()
         m.commit(rid, step)
         c = ns()
@@ -278,20 +278,6 @@ def run_long(layout: Layout, tokens: np.ndarray, pool_pages: int) -> dict[str, f
     return out
 
 
-def _by_module(new: tracemalloc.Snapshot, old: tracemalloc.Snapshot) -> dict[str, int]:
-    """Traced bytes gained from `old` to `new`, by the innermost hkv_core module on each allocation's stack."""
-    out: dict[str, int] = {}
-    for stat in new.compare_to(old, "traceback"):
-        if stat.size_diff:
-            frames = list(reversed(stat.traceback))  # innermost first
-            if any(f.filename.startswith("<frozen importlib") for f in frames):
-                where = "imports"
-            else:
-                where = next((Path(f.filename).stem for f in frames if "hkv_core" in f.filename), "other")
-            out[where] = out.get(where, 0) + stat.size_diff
-    return out
-
-
 def warm_up(layout: Layout) -> None:
     """Run every manager path once (lazy imports, first-call caches) before anything is measured."""
     m = CacheManager(layout, ManagerConfig(default_pool_pages=1024, seed=SEED))
@@ -302,76 +288,51 @@ def warm_up(layout: Layout) -> None:
         m.acquire(rid, found)
         todo = end - found.tokens
         for step in (todo // 2, todo - todo // 2):
-            m.allocate(rid, step)
+            allocate(m, rid, step)
             m.commit(rid, step)
         m.release(rid)
     m.evict()
 
 
 def measure_long_memory(layout: Layout, tokens: np.ndarray, pool_pages: int) -> dict[str, Any]:
-    """tracemalloc: bytes the first request's commits leave behind in the index, per block.
+    """Bytes of the prefix index per 16-token block, with the whole prompt indexed.
 
-    The baseline is taken after add_request + match + acquire, and the
-    request's token array (its int64 copy) and keys are kept alive past its
-    release: neither is counted.  After release what the commits left behind
-    is the index: arena columns, key table, anything else they allocate and
-    keep.  Allocations are attributed to the innermost hkv_core module on their
-    stack; `pools` (the static pools' Python free lists, which shrink as pages
-    leave them and so come out negative) is reported apart and not counted in
-    the index.  The pools themselves are allocated when the manager is built:
-    their per-page cost is reported separately.
+    Every table of the index (blocks, resume points, key table, eviction
+    order) is allocated at its full size when the manager is built, sized
+    from the pools (docs/limits.md); the figure is their bytes over the
+    blocks of the prompt, which fills them (the pools hold the whole prompt
+    and not much more).  The request's own tables (its chain, page tables,
+    tokens and keys) are not index metadata and are not counted.
     """
     blocks = len(tokens) // BLOCK
-    warm_up(layout)
-    gc.collect()
-    tracemalloc.start(MEMORY_FRAMES)
-    empty = tracemalloc.take_snapshot()
     m = CacheManager(layout, ManagerConfig(default_pool_pages=pool_pages, seed=SEED))
-    gc.collect()
-    built = tracemalloc.take_snapshot()
+    built = m.core.index.nbytes()
     rid = m.add_request(tokens)
-    req = m.core.requests[rid]
-    keep = (req.tokens, req.keys)
     m.acquire(rid, m.match(rid))
-    del req
-    gc.collect()
-    base = tracemalloc.take_snapshot()
     for start in range(0, len(tokens), CHUNK_TOKENS):
         step = min(CHUNK_TOKENS, len(tokens) - start)
-        m.allocate(rid, step)
+        allocate(m, rid, step)
         m.commit(rid, step)
-    gc.collect()
-    live = tracemalloc.take_snapshot()
     m.release(rid)
-    gc.collect()
-    after = tracemalloc.take_snapshot()
-    held = sum(info.pages - 1 - len(pool.free) for info, pool in zip(m.core.infos, m.core.pools, strict=True))
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    del keep
-    index = _by_module(after, base)
-    with_request = _by_module(live, base)
-    construction = _by_module(built, empty)
-    pages = sum(info.pages for info in m.core.infos)
-    arena, keys = m.core.arena, m.core.keys
+    counts = m.index_counts()
+    total = sum(built.values())
     return {
         "blocks": blocks,
-        "bytes_per_block": sum(v for k, v in index.items() if k != "pools") / blocks,
-        "bytes_per_block_by_module": {k: v / blocks for k, v in sorted(index.items())},
-        "bytes_per_block_request_live": sum(v for k, v in with_request.items() if k != "pools") / blocks,
-        "bytes_per_block_net": sum(index.values()) / blocks,
-        "arena_nbytes_per_block": arena.nbytes() / blocks,
-        "key_table_nbytes_per_block": keys.nbytes() / blocks,
-        "arena_capacity": arena.capacity,
-        "key_table_capacity": len(keys.ids),
-        "pool_bytes_per_page": construction.get("pools", 0) / pages,
-        "pool_pages_total": pages,
-        "pool_pages_held": held,
-        "pool_bytes_per_block_of_prompt": construction.get("pools", 0) / pages * held / blocks,
-        "construction_other_bytes": sum(v for k, v in construction.items() if k != "pools"),
-        "peak_traced_mib": peak / 2**20,
+        "blocks_indexed": counts["blocks"],
+        "points_kept": counts["points"],
+        "bytes_per_block": total / blocks,
+        "bytes_per_block_by_table": {k: v / blocks for k, v in built.items()},
+        "block_rows": m.core.limits.block_rows,
+        "point_rows": m.core.limits.point_rows,
+        "key_table_slots": m.core.limits.key_table_slots,
     }
 
+
+def allocate(m: CacheManager, rid: int, count: int) -> None:
+    """allocate, and complete its copy plan at once (no executor here moves bytes)."""
+    plan = m.allocate(rid, count).plan
+    if plan is not None:
+        m.complete(plan.plan_id, DONE)
 
 def decode_steps(m: CacheManager, rid: int) -> float:
     """Median us of DECODE_STEPS decode steps (append_tokens(1) + allocate(1) + commit(1)) on the long context."""
@@ -379,7 +340,7 @@ def decode_steps(m: CacheManager, rid: int) -> float:
     for step in range(DECODE_STEPS):
         a = ns()
         m.append_tokens(rid, np.array([step % 1000]))
-        m.allocate(rid, 1)
+        allocate(m, rid, 1)
         m.commit(rid, 1)
         times.append((ns() - a) / 1e3)
     return statistics.median(times)
@@ -463,16 +424,10 @@ def print_long(r: dict[str, Any]) -> None:
     print(f"  index metadata              {mem['bytes_per_block']:>10.1f} B/block   target < "
           f"{TARGET_LONG['bytes_per_block']:.0f}: {fx(r['ratio_to_target']['bytes_per_block'])}; "
           f"vLLM ~265: {fx(r['peers']['vLLM']['bytes_per_block']['ratio'])}")
-    modules = ", ".join(f"{k} {v:.1f}" for k, v in mem["bytes_per_block_by_module"].items())
-    print(f"    tracemalloc growth left by the first request's commits after its release, excluding its token"
-          f" array and keys; by module (B/block): {modules}; 'pools' is the static pools' free lists shrinking,"
-          f" not counted (net {mem['bytes_per_block_net']:.1f}); with the request still live"
-          f" {mem['bytes_per_block_request_live']:.1f}")
-    print(f"    nbytes check: arena {mem['arena_nbytes_per_block']:.1f} (capacity {mem['arena_capacity']:,}) + key "
-          f"table {mem['key_table_nbytes_per_block']:.1f} (capacity {mem['key_table_capacity']:,}) B/block")
-    print(f"    static pools (built with the manager, not in the figure): {mem['pool_bytes_per_page']:.1f} B per "
-          f"page; the index holds {mem['pool_pages_held']:,} pages for this prompt: "
-          f"{mem['pool_bytes_per_block_of_prompt']:.1f} B per block; peak traced {mem['peak_traced_mib']:.0f} MiB")
+    tables = ", ".join(f"{k} {v:.1f}" for k, v in mem["bytes_per_block_by_table"].items())
+    print(f"    every index table, allocated at construction, over the prompt's blocks (B/block): {tables}; "
+          f"{mem['block_rows']:,} block rows, {mem['point_rows']:,} point rows, {mem['key_table_slots']:,} key "
+          f"slots; {mem['blocks_indexed']:,} blocks and {mem['points_kept']:,} points indexed")
 
 
 # ---------------------------------------------------------------- profile

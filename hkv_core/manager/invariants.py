@@ -88,6 +88,9 @@ def lease_covers_object_set(core: Core) -> list[str]:
         pinned = o.lease_mark(req.pins.objs, read)
         bad = read[(o.owner[read] != req.slot) & ~pinned]
         out += [f"request {req.rid} reads {_name(o, b)} without owning or pinning it" for b in bad]
+        out += [f"request {req.rid}'s {pool.name} page table disagrees with its objects' pages"
+                for pool, table in zip(core.pools, req.tables, strict=True)
+                if np.any(table.pages.view() != o.slot[table.view()])]
         for role in core.roles:
             out += role.audit(req)
     return out

@@ -8,6 +8,8 @@ guards read.  Only the verbs change a request.
 
 from __future__ import annotations
 
+from typing import overload
+
 import attrs
 import numpy as np
 from numpy.typing import NDArray
@@ -64,6 +66,60 @@ class PinList:
         return PinList(list(self._objs), list(self._versions))  # chunks are never written in place
 
 
+class Table:
+    """A request's table in one page pool: an object per page index (prefix) or per block (window), or its
+    working tail; with the device page of each, kept in step, so an allocation hands out the page table
+    as it is (a read-only view, no copy: a decode step costs the same at any context)."""
+
+    __slots__ = ("objs", "pages")
+
+    def __init__(self, objs: NDArray[np.integer] | None = None, pages: NDArray[np.integer] | None = None) -> None:
+        self.objs = IdList(() if objs is None else objs)
+        self.pages = IdList(() if pages is None else pages)
+
+    def __len__(self) -> int:
+        return len(self.objs)
+
+    def __bool__(self) -> bool:
+        return len(self.objs) > 0
+
+    @overload
+    def __getitem__(self, key: int) -> int: ...
+
+    @overload
+    def __getitem__(self, key: slice) -> NDArray[np.int32]: ...
+
+    def __getitem__(self, key: int | slice) -> int | NDArray[np.int32]:
+        return self.objs[key]
+
+    def view(self) -> NDArray[np.int32]:
+        return self.objs.view()
+
+    def page_view(self) -> NDArray[np.int32]:
+        """The pages, read-only (valid until the next call that changes this table)."""
+        found = self.pages.view()
+        found.setflags(write=False)
+        return found
+
+    def extend(self, objs: NDArray[np.integer], pages: NDArray[np.integer]) -> None:
+        self.objs.extend(objs)
+        self.pages.extend(pages)
+
+    def put(self, index: int, obj: int, page: int) -> None:
+        self.objs[index] = obj
+        self.pages[index] = page
+
+    def clear(self, lo: int, hi: int) -> None:
+        """Entries [lo, hi) released: NULL object and page."""
+        self.objs[lo:hi] = 0
+        self.pages[lo:hi] = 0
+
+    def copy(self) -> Table:
+        twin = Table.__new__(Table)
+        twin.objs, twin.pages = self.objs.copy(), self.pages.copy()
+        return twin
+
+
 @attrs.define(kw_only=True)
 class RequestState:
     """One request in flight (see docs/manager.md for the lifecycle of a request)."""
@@ -80,7 +136,7 @@ class RequestState:
     hit_tokens: int = 0
     acquired: bool = False
     chain: IdList = attrs.field(factory=IdList)  # block ids of blocks 0.. in the index
-    tables: list[IdList] = attrs.field(factory=list)  # per page pool: prefix page / window block / working tail
+    tables: list[Table] = attrs.field(factory=list)  # per page pool: prefix page / window block / working tail
     pins: PinList = attrs.field(factory=PinList)  # what its lease lists (objects of every pool)
     window_floor: list[int] = attrs.field(factory=list)  # per page pool: window blocks below are released
     pending_points: list[int] = attrs.field(factory=list)  # boundaries allocated, not yet committed (ascending)
@@ -97,7 +153,7 @@ class RequestState:
 
     def __attrs_post_init__(self) -> None:
         if not self.tables:
-            self.tables = [IdList() for _ in range(self.lanes)]
+            self.tables = [Table() for _ in range(self.lanes)]
             self.window_floor = [0] * self.lanes
 
     def extend(self, tokens: NDArray[np.int64], keys: NDArray[np.uint64]) -> None:

@@ -134,6 +134,14 @@ class PrefixIndex:
         blocks, points = self.blocks.take_unheld(), self.points.take_unheld()
         return np.concatenate([blocks, points]) if blocks.size and points.size else (blocks if blocks.size else points)
 
+    def nbytes(self) -> dict[str, int]:
+        """Bytes of every table of the index (all allocated at construction)."""
+        def arrays(owner: object) -> int:
+            return sum(v.nbytes for v in vars(owner).values() if isinstance(v, np.ndarray))
+        return {"blocks": arrays(self.blocks) + sum(c.nbytes for _, c in self.blocks.refs),
+                "points": arrays(self.points) + sum(c.nbytes for _, c in self.points.refs),
+                "keys": self.keys.nbytes(), "policy": arrays(self.policy)}
+
     # ------------------------------------------------------------------ events
 
     def subscribe(self, listener: Listener) -> None:

@@ -193,5 +193,15 @@ class Role:
         return found
 
 
+def slots_of(pages: NDArray[np.int32], per_page: int, first: int, end: int) -> NDArray[np.int64]:
+    """Flat slots `page * per_page + offset` of entries [first, end) of a table of pages (one pass)."""
+    if end <= first:
+        return np.zeros(0, np.int64)
+    p0, p1 = first // per_page, (end - 1) // per_page + 1
+    grid = pages[p0:p1, None].astype(np.int64) * per_page + np.arange(per_page, dtype=np.int64)
+    found: NDArray[np.int64] = grid.ravel()[first - p0 * per_page:end - p0 * per_page]
+    return found
+
+
 def nonnull(objs: NDArray[np.integer]) -> NDArray[np.integer]:
     return objs[objs != NULL_OBJECT]

@@ -17,10 +17,9 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
-from hkv_core.manager.id_list import IdList
 from hkv_core.manager.index.blocks import Attach
 from hkv_core.manager.page_pools import NULL_OBJECT, PoolSlots
-from hkv_core.manager.requests import RequestState
+from hkv_core.manager.requests import RequestState, Table
 from hkv_core.manager.roles.base import (
     MISSING_CODE,
     Bools,
@@ -31,6 +30,7 @@ from hkv_core.manager.roles.base import (
     Moves,
     Role,
     Shared,
+    slots_of,
 )
 from hkv_core.spec.names import Event
 
@@ -104,7 +104,7 @@ class PrefixRole(Role):
 
     def seed(self, req: RequestState, objs: list[Index]) -> None:
         for pool, got in zip(self.pools, objs, strict=True):
-            req.tables[pool.index] = IdList(got)
+            req.tables[pool.index] = Table(got, self.objects.slot[got])
 
     # ---------------------------------------------------------- allocate
 
@@ -134,18 +134,18 @@ class PrefixRole(Role):
             if cow >= 0:
                 entries = (req.hit_tokens - cow * pool.spec.tokens_per_page) // self.ratio[i]
                 out.copy(self.objects, pool, table[cow], int(objs[0]), [entries] * len(pool.spec.members))
-                table[cow], objs = int(objs[0]), objs[1:]
-            table.extend(objs)
+                table.put(cow, int(objs[0]), int(self.objects.slot[objs[0]]))
+                objs = objs[1:]
+            if objs.size:
+                table.extend(objs, self.objects.slot[objs])
             self._describe(i, pool, req, start, end, out)
 
     def _describe(self, i: int, pool: PoolSlots, req: RequestState, start: int, end: int, out: Builder) -> None:
         """Block table and slots of tokens [start, end) (one array shared by the member pools)."""
-        spec, r = pool.spec, self.ratio[i]
-        pages = self.objects.slot[req.tables[pool.index].view()]
-        entries = np.arange((start + r) // r - 1, end // r)  # entries the tokens complete
-        slots = pages[entries // spec.entries_per_page].astype(np.int64) * spec.entries_per_page
-        out.share(pool, out.tables, pages)
-        out.share(pool, out.slots, slots + entries % spec.entries_per_page)
+        r = self.ratio[i]
+        pages = req.tables[pool.index].page_view()
+        out.share(pool, out.tables, pages)  # entries the tokens complete: [(start + r) // r - 1, end // r)
+        out.share(pool, out.slots, slots_of(pages, pool.spec.entries_per_page, (start + r) // r - 1, end // r))
 
     # ---------------------------------------------------------- commit / release
 

@@ -62,7 +62,7 @@ class TailRole(Role):
         for i, (pool, objs) in enumerate(zip(self.pools, got, strict=True)):
             table, slot = req.tables[pool.index], self.objects.slot
             if not table:
-                table.append(int(objs[0]))
+                table.extend(objs[:1], slot[objs[:1]])
                 self._seed_copy(pool, req, int(objs[0]), out)
                 objs = objs[1:]
             pages = slot[objs].tolist()

@@ -15,10 +15,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hkv_core.arrays import distinct
-from hkv_core.manager.id_list import IdList
 from hkv_core.manager.index import NO_POINT
 from hkv_core.manager.page_pools import NULL_OBJECT, PoolSlots
-from hkv_core.manager.requests import RequestState
+from hkv_core.manager.requests import RequestState, Table
 from hkv_core.manager.roles.base import (
     MISSING_CODE,
     Bools,
@@ -29,6 +28,7 @@ from hkv_core.manager.roles.base import (
     Moves,
     Role,
     Shared,
+    slots_of,
 )
 from hkv_core.spec.names import Event
 
@@ -72,7 +72,8 @@ class WindowRole(Role):
     def seed(self, req: RequestState, objs: list[Index]) -> None:
         for i, (pool, got) in enumerate(zip(self.pools, objs, strict=True)):
             first = self.first_block(i, req.hit_tokens) if got.size else 0
-            req.tables[pool.index] = IdList(np.concatenate([np.zeros(first, np.int32), got]))
+            pad = np.zeros(first, np.int32)
+            req.tables[pool.index] = Table(np.concatenate([pad, got]), np.concatenate([pad, self.objects.slot[got]]))
             req.window_floor[pool.index] = first
 
     # ---------------------------------------------------------- allocate
@@ -86,13 +87,13 @@ class WindowRole(Role):
 
     def place(self, req: RequestState, start: int, end: int, boundaries: list[int], got: list[Index],
               out: Builder) -> None:
-        rows = np.arange(start, end)
         for pool, objs in zip(self.pools, got, strict=True):
             table = req.tables[pool.index]
-            table.extend(objs)
-            pages = self.objects.slot[table.view()]
+            if objs.size:
+                table.extend(objs, self.objects.slot[objs])
+            pages = table.page_view()
             out.share(pool, out.tables, pages)
-            out.share(pool, out.slots, pages[rows // self.bt].astype(np.int64) * self.bt + rows % self.bt)
+            out.share(pool, out.slots, slots_of(pages, self.bt, start, end))  # one row per token
 
     # ---------------------------------------------------------- commit
 
@@ -144,7 +145,7 @@ class WindowRole(Role):
             mine = self.owned(req, gone)
             moves.add(Event.ABORT, gone[mine])
             moves.add(Event.UNPIN, gone[~mine])
-            table[floor:top] = NULL_OBJECT
+            table.clear(floor, top)
             req.window_floor[pool.index] = top
 
     def finish(self, req: RequestState, moves: Moves) -> None:
