@@ -39,8 +39,10 @@ def append_tokens(core: Core, req: RequestState, tokens: ArrayLike) -> None:
     """Extend a request (decode); new complete blocks get keys chained to the last one."""
     more = checked_tokens(as_token_array(tokens)).astype(np.int64)  # InvalidTokens before anything changes
     _check_length(core, len(req.tokens) + len(more))
-    bt = core.block_tokens
-    done = len(req.keys) * bt
+    done = len(req.keys) * core.block_tokens
+    if len(req.tokens) + len(more) - done < core.block_tokens:  # no block completes: no key to compute
+        req.extend(more, req.keys[:0])
+        return
     open_block = np.concatenate([req.tokens[done:], more])  # the tokens after the last complete block
     parent = req.keys[-1].astype("<u8").tobytes() if len(req.keys) else None
     keys = core.hasher.hash_blocks(open_block, req.extra, parent=parent, start_block=len(req.keys))

@@ -20,7 +20,7 @@ from hkv_core.manager.core import Core, PlanRecord
 from hkv_core.manager.records import Allocation
 from hkv_core.manager.requests import RequestState
 from hkv_core.manager.roles import Builder
-from hkv_core.manager.roles.base import Demand
+from hkv_core.manager.roles.base import NO_DEMAND, Demand
 from hkv_core.plan import Plan
 from hkv_core.spec.names import Event
 
@@ -30,7 +30,7 @@ BLOCK_ROWS, POINT_ROWS = "block index", "resume-point index"  # OutOfPages.pool 
 def needs(core: Core, req: RequestState, start: int, end: int) -> tuple[list[Demand], int, int, list[int]]:
     """(demand per page pool, block rows, point rows, boundaries of the points) tokens [start, end) need."""
     boundaries = retention.retained_between(core, req, start, end)
-    demands: list[Demand] = [(0, np.zeros(0, np.int64), np.zeros(0, np.int64))] * len(core.pools)
+    demands: list[Demand] = [NO_DEMAND] * len(core.pools)
     for role in core.roles:
         for pool, demand in zip(role.pools, role.demands(req, start, end, boundaries), strict=True):
             demands[pool.index] = demand
@@ -40,8 +40,9 @@ def needs(core: Core, req: RequestState, start: int, end: int) -> tuple[list[Dem
 
 def fits(core: Core, pages: list[int], blocks: int, points: int) -> bool:
     """Would the free pages and rows cover the need without evicting?"""
-    return (all(p.free_count >= n for p, n in zip(core.pools, pages, strict=True))
-            and core.index.blocks.available() >= blocks and core.index.points.available() >= points)
+    return (all(not n or p.free_count >= n for p, n in zip(core.pools, pages, strict=True))
+            and (not blocks or core.index.blocks.available() >= blocks)
+            and (not points or core.index.points.available() >= points))
 
 
 def allocate(core: Core, req: RequestState, num_tokens: int) -> Allocation:

@@ -28,6 +28,7 @@ from hkv_core.manager.roles.base import (
     Demand,
     Index,
     Moves,
+    NO_DEMAND,
     Role,
     Shared,
     slots_of,
@@ -118,9 +119,12 @@ class PrefixRole(Role):
     def demands(self, req: RequestState, start: int, end: int, boundaries: list[int]) -> list[Demand]:
         out = []
         for i, pool in enumerate(self.pools):
-            tpp = pool.spec.tokens_per_page
-            pages = np.arange(len(req.tables[pool.index]), (end - 1) // tpp + 1)
-            cow = self._cow(pool, req, start)
+            tpp, have = pool.spec.tokens_per_page, len(req.tables[pool.index])
+            last, cow = (end - 1) // tpp + 1, self._cow(pool, req, start)
+            if last <= have and cow < 0:  # a decode step inside a page it owns: nothing new
+                out.append(NO_DEMAND)
+                continue
+            pages = np.arange(have, last)
             if cow >= 0:
                 pages = np.concatenate([[cow], pages])
             out.append((len(pages), pages * tpp + self.ratio[i], (pages + 1) * tpp))

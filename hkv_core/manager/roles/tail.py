@@ -17,6 +17,7 @@ from hkv_core.manager.requests import RequestState
 from hkv_core.manager.roles.base import (
     MISSING_CODE,
     NEVER_FULL,
+    NO_DEMAND,
     Bools,
     Builder,
     Condition,
@@ -53,6 +54,9 @@ class TailRole(Role):
     def demands(self, req: RequestState, start: int, end: int, boundaries: list[int]) -> list[Demand]:
         out = []
         for pool in self.pools:
+            if req.tables[pool.index] and not boundaries:
+                out.append(NO_DEMAND)
+                continue
             tokens = np.array([NEVER_FULL] * (not req.tables[pool.index]) + boundaries, np.int64)
             out.append((len(tokens), tokens, tokens))
         return out

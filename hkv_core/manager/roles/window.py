@@ -26,6 +26,7 @@ from hkv_core.manager.roles.base import (
     Demand,
     Index,
     Moves,
+    NO_DEMAND,
     Role,
     Shared,
     slots_of,
@@ -81,7 +82,11 @@ class WindowRole(Role):
     def demands(self, req: RequestState, start: int, end: int, boundaries: list[int]) -> list[Demand]:
         out = []
         for pool in self.pools:
-            blocks = np.arange(len(req.tables[pool.index]), (end - 1) // self.bt + 1)
+            have, last = len(req.tables[pool.index]), (end - 1) // self.bt + 1
+            if last <= have:
+                out.append(NO_DEMAND)
+                continue
+            blocks = np.arange(have, last)
             out.append((len(blocks), blocks * self.bt + 1, (blocks + 1) * self.bt))
         return out
 
