@@ -1,4 +1,4 @@
-"""`hkv check`: bounded exhaustive model check of the lifecycle spec."""
+"""`hkv check`: bounded exhaustive model check of the lifecycle spec, then of the real CacheManager."""
 
 from __future__ import annotations
 
@@ -18,58 +18,75 @@ from hkv_core.spec import load_lifecycle
 @click.command("check")
 @click.option("--spec", "spec_path", type=click.Path(dir_okay=False), default=None,
               help="Lifecycle spec to check (default: the shipped specs/lifecycle.toml).")
-@click.option("--prefixes", default=CheckConfig().prefixes, show_default=True,
-              help="Prefixes (5 segments each).")
-@click.option("--requests", default=CheckConfig().requests, show_default=True, help="Concurrent requests.")
+@click.option("--prefixes", default=CheckConfig().prefixes, show_default=True, type=click.IntRange(1, 4),
+              help="Prefixes; each is one segment per kind of the spec: the device objects (4 kinds), "
+                   "its disk record, its block (chained to the previous prefix's) and its resume point.")
+@click.option("--seeded", "seeded_prefixes", default=CheckConfig().seeded_prefixes, show_default=True,
+              type=click.IntRange(0, 4),
+              help="Prefixes staged and published by request 0 in the seed worlds (at most --prefixes).")
+@click.option("--requests", default=CheckConfig().requests, show_default=True, type=click.IntRange(1, 4),
+              help="Concurrent requests.")
 @click.option("--slots", "device_slots", default=CheckConfig().device_slots, show_default=True,
-              help="Device slots shared by all device segments.")
-@click.option("--depth", "max_depth", default=CheckConfig().max_depth, show_default=True,
+              type=click.IntRange(1, 30), help="Device slots shared by all device segments.")
+@click.option("--depth", "max_depth", default=CheckConfig().max_depth, show_default=True, type=click.IntRange(0),
               help="Events explored beyond each seed world.")
-@click.option("--impl-depth", default=ImplCheckConfig().max_depth, show_default=True,
-              help="API calls explored on the real CacheManager (0 skips the implementation check).")
+@click.option("--impl-depth", default=ImplCheckConfig().max_depth, show_default=True, type=click.IntRange(0),
+              help=f"API calls explored on the real CacheManager ({ImplCheckConfig().layout}, "
+                   f"{ImplCheckConfig().pool_pages} pages a pool; 0 skips the implementation check).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def check_command(spec_path: str | None, prefixes: int, requests: int, device_slots: int,
+def check_command(spec_path: str | None, prefixes: int, seeded_prefixes: int, requests: int, device_slots: int,
                   max_depth: int, impl_depth: int, as_json: bool) -> None:
     """Explore every reachable state within the bound; evaluate every invariant in each.
 
-    Two checks: the abstract lifecycle spec (every event on every segment), and
-    the real CacheManager on a tiny layout (every sequence of API calls).
-    Exits 1 when an invariant is violated (the shortest trace is printed).
+    Two checks: the abstract lifecycle spec (every event on every segment:
+    device objects, disk records, blocks and resume points), and the real
+    CacheManager on a tiny layout (every sequence of public API calls, each on
+    a clone).  Exits 1 when an invariant is violated (the shortest trace is
+    printed).
     """
     spec = load_lifecycle(spec_path)
     config = CheckConfig(prefixes=prefixes, requests=requests, device_slots=device_slots,
-                         max_depth=max_depth)
+                         max_depth=max_depth, seeded_prefixes=min(seeded_prefixes, prefixes))
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                   console=console, transient=True, disable=as_json) as bar:
         task = bar.add_task("exploring: 0 states", total=None)
         result = check(spec, config,
                        progress=lambda n: bar.update(task, description=f"exploring: {n:,} states"))
         impl = None
+        impl_config = ImplCheckConfig(max_depth=impl_depth)
         if impl_depth > 0:
             task2 = bar.add_task("manager: 0 states", total=None)
             impl = check_implementation(
-                ImplCheckConfig(max_depth=impl_depth),
-                progress=lambda n: bar.update(task2, description=f"manager: {n:,} states"))
+                impl_config, progress=lambda n: bar.update(task2, description=f"manager: {n:,} states"))
     payload = result_dict(result, config)
-    payload["implementation"] = impl_dict(impl) if impl else None
+    payload["implementation"] = impl_dict(impl, impl_config) if impl else None
     if as_json:
         print_json(payload)
     else:
         _print_table(result)
         if impl:
-            _print_impl(impl)
+            _print_impl(impl, impl_config)
     raise SystemExit(1 if result.violations or (impl and impl.violations) else 0)
 
 
-def impl_dict(result: ImplCheckResult) -> dict[str, Any]:
+def impl_dict(result: ImplCheckResult, config: ImplCheckConfig) -> dict[str, Any]:
     return {"states_explored": result.states_explored, "calls_explored": result.calls_explored,
             "failed_calls_unchanged": result.failed_calls, "invariants_checked": result.invariants_checked,
             "violations": [{"invariant": name, "trace": list(trace)} for name, trace in result.violations],
-            "seconds": round(result.seconds, 3)}
+            "seconds": round(result.seconds, 3), "bound": _plain(attrs.asdict(config))}
 
 
-def _print_impl(result: ImplCheckResult) -> None:
-    table = Table(title="hkv check: CacheManager on tiny_csa (every API call sequence)")
+def _plain(value: Any) -> Any:
+    """JSON-ready: tuples as lists."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _print_impl(result: ImplCheckResult, config: ImplCheckConfig) -> None:
+    table = Table(title=f"hkv check: CacheManager on {config.layout} (every API call sequence)")
     table.add_column("measure")
     table.add_column("value", justify="right")
     for name, value in [("states explored", result.states_explored), ("calls explored", result.calls_explored),

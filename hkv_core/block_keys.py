@@ -5,7 +5,7 @@ get a key (a trailing partial block gets none until it completes).  Block
 ``i``'s key covers every token of blocks ``0..i`` and every extra input that
 changes the KV (tenant cache salt, LoRA adapter, multimodal items), so two
 requests share a key only if they would compute the same KV for that block
-(``FAILURES.md`` F10: vLLM #36708, GHSA-rm76-4mrf-v9r8).
+(``docs/failures.md`` F10: vLLM #36708, GHSA-rm76-4mrf-v9r8).
 
 Definition (``H`` is the hasher's algorithm, keyed with its secret seed)::
 

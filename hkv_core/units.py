@@ -1,6 +1,6 @@
 """Every conversion between tokens, compressed entries, tail rows, window rows and pages.
 
-This is the ONE module that knows how these units relate (``FAILURES.md`` F12:
+This is the ONE module that knows how these units relate (``docs/failures.md`` F12:
 vLLM #55600 mixed tokens with compressed entries).  Every name ends in its
 unit: ``*_tokens`` (a count or an absolute position in the token stream),
 ``*_entries`` (compressed entries, one per ``ratio`` tokens), ``*_rows``
@@ -8,7 +8,7 @@ unit: ``*_tokens`` (a count or an absolute position in the token stream),
 and ``*_bytes``.  Token positions are absolute, counted from 0; a prefix of
 ``prefix_tokens`` tokens covers positions ``[0, prefix_tokens)``.
 
-Compress ratio ``r`` (``V4_CACHE.md`` sections 1, 2, 6):
+Compress ratio ``r`` (``docs/v4_cache.md`` sections 1, 2, 6):
 
 - ``r == 0``: sliding-window only (SWA), no compressed entries and no tail;
 - ``r == 1``: identity compressor (classic full attention): one entry per
@@ -106,7 +106,7 @@ def visible_entries(query_token: int, ratio: int) -> int:
 
 
 def overlap_factor(ratio: int) -> int:
-    """``c`` of ``V4_CACHE.md`` section 2: 2 for the overlapping ratio 4, else 1."""
+    """``c`` of ``docs/v4_cache.md`` section 2: 2 for the overlapping ratio 4, else 1."""
     return OVERLAP_FACTOR if checked_ratio(ratio) == OVERLAP_RATIO else 1
 
 

@@ -1,4 +1,4 @@
-"""NumPy reference executor, exact tiny V4 model and reference engine loop (DESIGN.md section 5).
+"""NumPy reference executor, exact tiny V4 model and reference engine loop (docs/design.md section 5).
 
 Attributes are loaded on first use, so `import hkv_exec_ref.tiny_v4` stays light.
 """

@@ -70,7 +70,7 @@ def build_pools(cfg: ModelConfig, groups: Sequence[LayerGroup]) -> tuple[PoolSpe
 
 
 def group_pools(cfg: ModelConfig, group: LayerGroup) -> tuple[PoolSpec, ...]:
-    """Pools of one group (``V4_CACHE.md`` section 6).
+    """Pools of one group (``docs/v4_cache.md`` section 6).
 
     - ``compressed_kv`` for r >= 1 (FULL stores raw KV here with r = 1): a page
       spans a whole number of blocks and of entries (lcm(block, r) tokens at least);

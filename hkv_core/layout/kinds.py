@@ -12,7 +12,7 @@ from hkv_core import units
 
 
 class AttentionKind(StrEnum):
-    """What a layer attends to (``V4_CACHE.md`` section 1)."""
+    """What a layer attends to (``docs/v4_cache.md`` section 1)."""
 
     SWA = "SWA"  # r = 0: the sliding window of raw tokens only
     CSA = "CSA"  # r = 4: window + top-k compressed entries chosen by the indexer

@@ -1,4 +1,4 @@
-"""The exact state needed to resume a prefix of P tokens (``V4_CACHE.md`` section 6).
+"""The exact state needed to resume a prefix of P tokens (``docs/v4_cache.md`` section 6).
 
 The first new token is at position P.  Per layer (identical within a group):
 

@@ -78,8 +78,7 @@ def _index_blocks(core: Core, req: RequestState) -> None:
     core.index.touch(req.chain[start:blocks])
 
 
-def _plan_points(core: Core, req: RequestState, moves: Moves) -> tuple[np.ndarray, np.ndarray,
-                                                                        list[np.ndarray]] | None:
+def _plan_points(core: Core, req: RequestState, moves: Moves) -> tuple[np.ndarray, list[np.ndarray]] | None:
     """The points whose boundaries are now committed (one per block; a block's first point stays)."""
     cut = next((i for i, b in enumerate(req.pending_points) if b > req.computed), len(req.pending_points))
     if not cut:
@@ -93,4 +92,4 @@ def _plan_points(core: Core, req: RequestState, moves: Moves) -> tuple[np.ndarra
     objects = [m for role in core.roles for m in role.take_points(req, due, keep, moves)]
     core.index.unreserve(0, int(np.count_nonzero(~keep)))
     req.point_rows -= len(due)
-    return blocks[keep], due[keep], objects
+    return blocks[keep], objects

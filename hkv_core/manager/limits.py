@@ -20,13 +20,13 @@ from hkv_core.manager.lanes import LaneSpec, PoolRole
 # -------------------------------------------------------------- named constants
 QUEUE_CHUNK_ENTRIES = 256  # LRU queue entries an eviction walk screens first (doubling after)
 MAX_QUEUE_CHUNK_ENTRIES = 65_536  # ... up to this many per NumPy round
-QUEUE_ENTRIES_PER_BLOCK = 2  # LRU queue capacity per block row: a compaction keeps one per live block
+QUEUE_SLACK_DIVISOR = 4  # LRU queue: one entry per block row, plus a quarter (stale entries until compacted)
 KEY_TABLE_MIN_SLOTS = 1024  # smallest key table (a power of two)
 KEY_TABLE_LOAD_NUM, KEY_TABLE_LOAD_DEN = 2, 3  # the key table stays at most 2/3 full
 SEARCH_BLOCKS = 256  # match checks this many candidates below the longest first (x8 when none passes)
 MIN_POOL_PAGES = 2  # the NULL page and one real page
 
-assert QUEUE_CHUNK_ENTRIES <= MAX_QUEUE_CHUNK_ENTRIES and QUEUE_ENTRIES_PER_BLOCK >= 2
+assert QUEUE_CHUNK_ENTRIES <= MAX_QUEUE_CHUNK_ENTRIES and QUEUE_SLACK_DIVISOR >= 1
 assert KEY_TABLE_MIN_SLOTS & (KEY_TABLE_MIN_SLOTS - 1) == 0
 assert 0 < KEY_TABLE_LOAD_NUM < KEY_TABLE_LOAD_DEN
 assert SEARCH_BLOCKS >= 1
@@ -50,14 +50,14 @@ class Limits:
         slots = self.key_table_slots
         assert slots & (slots - 1) == 0 and slots >= KEY_TABLE_MIN_SLOTS
         assert slots * KEY_TABLE_LOAD_NUM >= self.block_rows * KEY_TABLE_LOAD_DEN, "key table load <= 2/3"
-        assert self.lru_queue_entries == QUEUE_ENTRIES_PER_BLOCK * self.block_rows
+        assert self.lru_queue_entries == queue_entries(self.block_rows), "a compaction always leaves room"
 
     @classmethod
     def of(cls, layout: Layout, config: ManagerConfig, lanes: tuple[LaneSpec, ...]) -> Limits:
         blocks = config.max_blocks or derived_block_rows(layout, config, lanes)
         points = config.max_points or derived_point_rows(config, lanes, blocks)
         return cls(pool_pages={lane.name: lane.pages for lane in lanes}, block_rows=blocks, point_rows=points,
-                   key_table_slots=key_table_slots(blocks), lru_queue_entries=QUEUE_ENTRIES_PER_BLOCK * blocks,
+                   key_table_slots=key_table_slots(blocks), lru_queue_entries=queue_entries(blocks),
                    max_requests=config.max_requests, max_request_tokens=config.max_request_tokens)
 
 
@@ -79,6 +79,11 @@ def derived_point_rows(config: ManagerConfig, lanes: tuple[LaneSpec, ...], block
     wanted = block_rows // config.retain_every_blocks + config.max_requests
     tails = [lane.pages - 1 for lane in lanes if lane.role is PoolRole.TAIL]
     return max(1, min([wanted, *tails]))
+
+
+def queue_entries(block_rows: int) -> int:
+    """LRU queue entries: every live block once, plus room for stale entries between compactions."""
+    return block_rows + max(1, block_rows // QUEUE_SLACK_DIVISOR)
 
 
 def key_table_slots(block_rows: int) -> int:

@@ -120,7 +120,7 @@ def snapshot(core: Core) -> tuple[Any, ...]:
                    for p in core.pools))
     b, pt = core.index.blocks, core.index.points
     live, kept = np.flatnonzero(b.state != b.s_free), np.flatnonzero(pt.state != pt.s_free)
-    index = (live.tobytes(), b.key[live].tobytes(), b.parent[live].tobytes(), b.children[live].tobytes(),
+    index = (live.tobytes(), b.key[live].tobytes(), b.parent[live].tobytes(),
              b.point[live].tobytes(), b.version.tobytes(), b.reserved, pt.reserved, kept.tobytes(),
              pt.block[kept].tobytes(), pt.version.tobytes(),
              tuple(c[live].tobytes() for _, c in b.refs), tuple(c[kept].tobytes() for _, c in pt.refs),

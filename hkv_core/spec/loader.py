@@ -160,7 +160,7 @@ def _load_invariants(table: TableReader) -> tuple[InvariantSpec, ...]:
             raise entry.fail("*", f"invariant {name!r} is not registered in hkv_core.spec.names")
         failure = entry.str_("failure")
         if not (failure.startswith("F") and failure[1:].isdigit()):
-            raise entry.fail("failure", f"expected a FAILURES.md row like 'F3', got {failure!r}")
+            raise entry.fail("failure", f"expected a failure row of docs/failures.md like 'F3', got {failure!r}")
         result.append(InvariantSpec(name=str(name), failure=failure, description=entry.str_("description")))
     if not result:
         raise table.fail("*", "no invariants declared")

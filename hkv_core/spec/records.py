@@ -47,7 +47,7 @@ class KindSpec:
 
 @attrs.frozen(kw_only=True)
 class InvariantSpec:
-    """A named invariant, the failure class (FAILURES.md row) it guards against."""
+    """A named invariant, the failure class (docs/failures.md row) it guards against."""
 
     name: str
     failure: str

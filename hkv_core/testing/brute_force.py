@@ -18,7 +18,7 @@ one page at a time with plain Python loops over the prefix index's tables
   completed);
 - when the layout has window or tail pools, a resume point is KEPT on the
   block ending at ``P`` (the block's point is a KEPT row of the point table
-  recorded for that block at ``P`` tokens): the point is the one owner of the
+  recorded for that block): the point is the one owner of the
   window pages and tail snapshots a hit at ``P`` reads;
 - without partial-page copy, ``P`` is a multiple of the LCM of the block and of
   every prefix pool's tokens per page;
@@ -147,18 +147,18 @@ def _usable(core: Core, chain: list[int], prefix: int) -> bool:
                 return False
             span_start += page_tokens
     if _needs_points(core):
-        return _point_kept(core, chain[blocks - 1], prefix)
+        return _point_kept(core, chain[blocks - 1])
     return True
 
 
-def _point_kept(core: Core, block_id: int, prefix: int) -> bool:
-    """A KEPT resume point is recorded on block `block_id`, for that block, at `prefix` tokens."""
+def _point_kept(core: Core, block_id: int) -> bool:
+    """A KEPT resume point is recorded on block `block_id` (the block ending at P), for that block."""
     points = core.index.points
     row = int(core.index.blocks.point[block_id])
     if row == NO_POINT:
         return False
     kept = int(points.state[row]) == points.table.state_id("KEPT")
-    return kept and int(points.block[row]) == block_id and int(points.tokens[row]) == prefix
+    return kept and int(points.block[row]) == block_id
 
 
 def _lcm_tokens(core: Core) -> int:

@@ -1,4 +1,4 @@
-"""Exact tiny DeepSeek-V4-style model in NumPy (V4_CACHE.md section 7).
+"""Exact tiny DeepSeek-V4-style model in NumPy (docs/v4_cache.md section 7).
 
 A seeded three-layer model (SWA, CSA r=4 with lightning indexer, HCA r=8 by default) whose
 cross-token state is the explicit, per-layer, per-object-kind `ModelState` of section 6;

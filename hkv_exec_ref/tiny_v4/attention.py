@@ -1,4 +1,4 @@
-"""The canonical per-query attention of every layer kind (V4_CACHE.md sections 4 and 5).
+"""The canonical per-query attention of every layer kind (docs/v4_cache.md sections 4 and 5).
 
 One query at absolute position t reads
 

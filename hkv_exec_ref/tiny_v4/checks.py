@@ -1,7 +1,7 @@
-"""Full invariant checks of a resume state against V4_CACHE.md section 6.
+"""Full invariant checks of a resume state against docs/v4_cache.md section 6.
 
 Functions returning the list of problems found (empty = valid), not asserts, so tests,
-simulators and a debug flag can all call them (DESIGN.md section 8).
+simulators and a debug flag can all call them (docs/design.md section 8).
 """
 
 from __future__ import annotations

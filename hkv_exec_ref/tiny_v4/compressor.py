@@ -1,4 +1,4 @@
-"""Learned gated pooling compressor (V4_CACHE.md section 2, and section 7's chunking rule).
+"""Learned gated pooling compressor (docs/v4_cache.md section 2, and section 7's chunking rule).
 
 Between block boundaries the compressor keeps the raw per-token rows (a_t, z_t), never
 partial sums. A chunk is processed by appending its rows to the saved tail and emitting

@@ -1,4 +1,4 @@
-"""Configuration of the tiny DeepSeek-V4-style model (V4_CACHE.md sections 1 and 7).
+"""Configuration of the tiny DeepSeek-V4-style model (docs/v4_cache.md sections 1 and 7).
 
 `Config` holds every size of the model; `LayerSpec` is the per-layer kind (SWA, CSA or
 HCA), looked up from the compress ratio so that code branches on data, not on `if` chains.
@@ -32,7 +32,7 @@ HF_KEYS = {
 
 @attrs.frozen(kw_only=True)
 class LayerSpec:
-    """What one layer of ratio `ratio` keeps and computes (V4_CACHE.md sections 1, 2, 6)."""
+    """What one layer of ratio `ratio` keeps and computes (docs/v4_cache.md sections 1, 2, 6)."""
 
     ratio: int  # compress ratio r (0 = SWA)
     overlap: int  # c: how many consecutive blocks one pool window spans (0 for SWA)

@@ -1,4 +1,4 @@
-"""Fault switches that deliberately break a resume state (V4_CACHE.md section 6).
+"""Fault switches that deliberately break a resume state (docs/v4_cache.md section 6).
 
 Section 6 says dropping any one piece of the resume state breaks bit-exactness; these
 switches let negative tests prove the exactness oracle notices. Each fault is applied to

@@ -1,4 +1,4 @@
-"""Lightning indexer of CSA layers (V4_CACHE.md section 3).
+"""Lightning indexer of CSA layers (docs/v4_cache.md section 3).
 
 Scores every visible indexer key KI_j for one query with ReLU-gated, weighted per-head
 dot products and keeps the top-min(k, visible) entries: sorted by (-score, index), the

@@ -1,6 +1,6 @@
 """One tiny V4 layer over a chunk of tokens, reading earlier positions only from its state.
 
-Per token (V4_CACHE.md sections 2-4): h = RMSNorm(x); query latent qr = RMSNorm(h @ W_qa);
+Per token (docs/v4_cache.md sections 2-4): h = RMSNorm(x); query latent qr = RMSNorm(h @ W_qa);
 q = RoPE_t(qr @ W_qb); one latent kv = RoPE_t(RMSNorm(h @ W_kv)) used as K and V;
 compressors emit every block completed in the chunk; each query attends (attention.py);
 the rope part of the output is de-rotated by -t; residual; then a per-token gated FFN

@@ -1,4 +1,4 @@
-"""TinyV4: the exact tiny DeepSeek-V4-style model (V4_CACHE.md section 7).
+"""TinyV4: the exact tiny DeepSeek-V4-style model (docs/v4_cache.md section 7).
 
 `forward(tokens, state)` processes tokens at positions P .. P+n-1 given the resume state
 at P (state.py) and returns their logits and the minimal state at P+n. Earlier positions

@@ -1,4 +1,4 @@
-"""Canonical float32 primitives whose bits never depend on batch shape (V4_CACHE.md section 7).
+"""Canonical float32 primitives whose bits never depend on batch shape (docs/v4_cache.md section 7).
 
 Every reduction here is a strictly sequential running sum (np.add.accumulate), and
 every other step is an element-wise IEEE operation (+, -, *, /, sqrt), which numpy

@@ -1,4 +1,4 @@
-"""The explicit resume state of tiny V4 (V4_CACHE.md section 6).
+"""The explicit resume state of tiny V4 (docs/v4_cache.md section 6).
 
 At prefix length P each layer keeps exactly the objects section 6 lists, each in its own
 array, so a cache manager can page them independently:

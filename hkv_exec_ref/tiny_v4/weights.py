@@ -1,4 +1,4 @@
-"""Seeded float32 weights of tiny V4 (V4_CACHE.md sections 2-4).
+"""Seeded float32 weights of tiny V4 (docs/v4_cache.md sections 2-4).
 
 Drawn from `numpy.random.default_rng(config.seed)` in a fixed order, scaled by
 1/sqrt(fan_in) so activations stay O(1). The compressor bias B[t mod r] is drawn large

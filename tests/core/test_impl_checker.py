@@ -1,10 +1,26 @@
-"""The implementation-level model check drives the real CacheManager and can fail."""
+"""The implementation-level model check drives public-API clones of a real CacheManager and can fail.
+
+Three broken managers, each caught: a release that leaves its pins behind, an
+eviction that ignores pins, and a failed call with a side effect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
+from numpy.typing import NDArray
 
 from hkv_core.checker.impl import ImplCheckConfig, check_implementation
-from hkv_core.manager import evict, release
+from hkv_core.manager import allocate, evict
+from hkv_core.manager import release as release_verb
+from hkv_core.manager.core import Core
+from hkv_core.manager.page_pools import PagePools
+from hkv_core.manager.requests import RequestState
+from hkv_core.manager.roles import PrefixRole, Role, TailRole
+from hkv_core.spec.names import Event
 
 SMALL = ImplCheckConfig(max_depth=5)
 
@@ -12,36 +28,111 @@ SMALL = ImplCheckConfig(max_depth=5)
 def test_default_bound_explores_5000_states_cleanly() -> None:
     result = check_implementation()
     assert result.states_explored >= 5_000
+    assert result.calls_explored > result.states_explored
     assert result.failed_calls > 0, "the bound must reach failing calls (full pools, stale leases)"
+    assert result.invariants_checked >= result.states_explored * 10
     assert result.violations == ()
 
 
-def test_release_that_forgets_to_unpin_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(release, "unpin", lambda core, req, pool, pages: None)
+def test_release_that_leaves_its_pins_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Broken variant: release forgets the unpin step (it still clears the lease list and settles)."""
+    real = release_verb.release
+
+    def forgetful(core: Core, req: RequestState) -> None:
+        step = core.objects.step
+
+        def no_unpin(objs: NDArray[np.intp], event: Event, *args: Any, **kwargs: Any) -> None:
+            if event is not Event.UNPIN:
+                step(objs, event, *args, **kwargs)
+
+        core.objects.step = no_unpin  # type: ignore[method-assign]
+        try:
+            real(core, req)
+        finally:
+            del core.objects.step
+
+    monkeypatch.setattr(release_verb, "release", forgetful)
     found = dict(check_implementation(SMALL).violations)
-    assert "refcount_matches_leases" in found
+    assert "refcount_matches_leases" in found, sorted(found)
     assert any(step.startswith("release(") for step in found["refcount_matches_leases"])
 
 
-def test_eviction_of_pinned_pages_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(evict, "_pinned_mask", lambda core, blocks: np.zeros(len(blocks), np.bool_))
-    found = dict(check_implementation(ImplCheckConfig(max_depth=6)).violations)
-    # the lifecycle table refuses to evict a pinned page (guard `unpinned`), half-way through an
-    # eviction: the checker reports the half-done call with its trace
-    assert "failed_call_changed_state" in found
+def never_pinned(self: Role, units: NDArray[np.int32]) -> NDArray[np.bool_]:
+    return np.zeros(len(units), np.bool_)
+
+
+def test_a_planner_blind_to_pins_stays_safe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The eviction planner told nothing is pinned (prefix pages, tail snapshots) drops more index entries,
+    but pinned objects survive: settle re-checks every lease before it frees anything."""
+    monkeypatch.setattr(PrefixRole, "blocks_pinned", never_pinned)
+    monkeypatch.setattr(TailRole, "points_pinned", never_pinned)
+    result = check_implementation()
+    assert result.violations == () and result.states_explored >= 5_000
+
+
+def test_eviction_that_frees_pinned_objects_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Broken variant: the planner ignores pins and the eviction evicts every object it unreferenced,
+    pinned or not.  The lifecycle refuses (guard `unpinned`) half-way through the eviction, after index
+    entries were dropped: the checker reports the half-done call with its trace."""
+    monkeypatch.setattr(PrefixRole, "blocks_pinned", never_pinned)
+    monkeypatch.setattr(TailRole, "points_pinned", never_pinned)
+    real = evict._apply
+
+    def careless_apply(core: Core, walk: Any, cut: int | None, max_units: int | None) -> int:
+        settle = core.objects.settle
+
+        def careless(objs: NDArray[np.intp]) -> None:
+            o = core.objects
+            loose = (o.holders[objs] == 0) & o.published[o.code[objs]]
+            o.step(objs[loose], Event.EVICT)  # no lease check
+            settle(objs[~loose])
+
+        core.objects.settle = careless  # type: ignore[method-assign]
+        try:
+            return real(core, walk, cut, max_units)
+        finally:
+            del core.objects.settle
+
+    monkeypatch.setattr(evict, "_apply", careless_apply)
+    found = dict(check_implementation(SMALL).violations)
+    assert "failed_call_changed_state" in found, sorted(found)
     assert found["failed_call_changed_state"][-1].startswith("evict(")
 
 
 def test_failed_call_that_changes_state_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    from hkv_core.manager import alloc
+    """Broken variant: allocate changes the request before it finds out the pools are short (OutOfPages)."""
+    real: Callable[..., Any] = allocate.needs
 
-    real = alloc._needs
-
-    def leaky(core, req, start, end):  # type: ignore[no-untyped-def]
-        counts, cows, bounds = real(core, req, start, end)
+    def leaky(core: Core, req: RequestState, start: int, end: int) -> Any:
+        found = real(core, req, start, end)
         req.tokens = np.concatenate([req.tokens, [0]])  # a side effect before OutOfPages
-        return counts, cows, bounds
+        return found
 
-    monkeypatch.setattr(alloc, "_needs", leaky)
+    monkeypatch.setattr(allocate, "needs", leaky)
     found = dict(check_implementation(ImplCheckConfig(max_depth=6)).violations)
     assert "failed_call_changed_state" in found
+    assert found["failed_call_changed_state"][-1].startswith("allocate(")
+
+
+def test_a_clean_manager_reports_failed_calls_unchanged() -> None:
+    """The same bound as the broken variants, unbroken: no violation, some failed calls."""
+    result = check_implementation(ImplCheckConfig(max_depth=6))
+    assert result.violations == () and result.failed_calls > 0
+
+
+def test_the_pools_refuse_a_pinned_eviction_on_their_own() -> None:
+    """What variant (b) runs into: an evict step over a leased object is refused (guard `unpinned`)."""
+    from hkv_core.errors import IllegalTransition
+    from hkv_core.layout import Layout
+    from hkv_core.manager import CacheManager, ManagerConfig
+
+    m = CacheManager(Layout.from_preset("tiny_csa"), ManagerConfig(default_pool_pages=6, seed=7))
+    prompt = np.arange(1, 20) % 60
+    a = m.add_request(prompt)
+    m.allocate(a, 16)
+    m.commit(a, 16)
+    pools: PagePools = m.core.objects
+    leased = np.flatnonzero(pools.leases > 0)
+    assert leased.size, "a request pins the pages it published and still reads"
+    with pytest.raises(IllegalTransition, match="unpinned"):
+        pools.step(leased[:1], Event.EVICT)

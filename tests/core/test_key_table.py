@@ -3,12 +3,14 @@
 Keys come mostly from a small universe built to collide: many share a home
 slot at the smallest capacity (lo = base + 1024 * j, bases at both ends of the
 table so chains wrap), and each lo comes with several his (same 64-bit lo,
-different keys).  The block ids live in a stub arena that reallocates its key
-column as it grows and scribbles over a row when its id is freed, as the real
-arena may.  The table's probing constants are varied so the bulk, window and
-scalar paths all run on small tables.  Two broken variants (a lookup that
-ignores `hi`; removal that leaves a hole instead of shifting the chain back)
-must be caught by the same property.
+different keys).  The block ids live in a stub block table with a fixed key
+column (the table's capacity is fixed too: no rehash, load at most 2/3) that
+scribbles over a row when its id is freed, as the real block table may once
+the row is reused.  The table's probing constants are varied so the bulk,
+window and scalar paths of lookup, insert and removal all run on small
+tables.  Three broken variants (a lookup that ignores `hi`; a removal that
+leaves a hole instead of shifting the chain back; a bulk removal that does
+not place the cut-off runs again) must be caught by the same property.
 """
 
 from __future__ import annotations
@@ -23,34 +25,41 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 
-import hkv_core.manager.key_table as kt
-from hkv_core.manager.key_table import EMPTY, MIN_CAPACITY, KeyTable
+import hkv_core.manager.index.key_table as kt
+from hkv_core.manager.index.key_table import EMPTY, MAX_LOAD_DEN, MAX_LOAD_NUM, MIN_CAPACITY, KeyTable
+from hkv_core.manager.limits import key_table_slots
 
 Key = tuple[int, int]
 HIS = (0, 1, 2**63, 2**64 - 1)
 BASES = (0, 1, 5, MIN_CAPACITY - 2, MIN_CAPACITY - 1)
 UNIVERSE: list[Key] = [(hi, base + MIN_CAPACITY * j) for base in BASES for j in range(12) for hi in HIS]
-TUNINGS = ((2048, 8, 8), (4, 0, 8), (16, 2, 2), (0, 3, 4))  # (BULK_KEYS, SCALAR_KEYS, WINDOW_SLOTS)
+# (BULK_KEYS, SCALAR_KEYS, WINDOW_SLOTS, BULK_REMOVE_KEYS)
+TUNINGS = ((2048, 8, 8, 32), (4, 0, 8, 0), (16, 2, 2, 4), (0, 3, 4, 1000))
+CAPACITIES = (MIN_CAPACITY, 2 * MIN_CAPACITY)
+ROWS = 2 * MIN_CAPACITY  # rows of the stub block table (more than any table here may hold)
 
 
-class StubArena:
-    """Block keys by id, in a column reallocated on growth (the table must read it afresh)."""
+def room(capacity: int) -> int:
+    """Keys a table of `capacity` slots holds at its maximum load (2/3)."""
+    return capacity * MAX_LOAD_NUM // MAX_LOAD_DEN
+
+
+class StubBlocks:
+    """Block keys by id, in a fixed key column; a freed row holds garbage until it is reused."""
 
     def __init__(self) -> None:
-        self.key = np.zeros((4, 2), np.uint64)
+        self.key = np.zeros((ROWS, 2), np.uint64)
         self.free: list[int] = []
         self.next_id = 0
 
     def add(self, key: Key) -> int:
-        block = self.free.pop() if self.free else self._new_id()
+        if self.free:
+            block = self.free.pop()
+        else:
+            assert self.next_id < ROWS
+            block, self.next_id = self.next_id, self.next_id + 1
         self.key[block] = key
         return block
-
-    def _new_id(self) -> int:
-        if self.next_id == len(self.key):
-            self.key = np.concatenate([self.key, np.zeros_like(self.key)])
-        self.next_id += 1
-        return self.next_id - 1
 
     def drop(self, block: int) -> None:
         self.key[block] = (7, 7)  # a recycled row holds garbage until reused
@@ -58,73 +67,83 @@ class StubArena:
 
 
 @contextmanager
-def tuned(bulk: int, scalar: int, window: int) -> Iterator[None]:
-    saved = kt.BULK_KEYS, kt.SCALAR_KEYS, kt.WINDOW_SLOTS
-    kt.BULK_KEYS, kt.SCALAR_KEYS, kt.WINDOW_SLOTS = bulk, scalar, window
+def tuned(bulk: int, scalar: int, window: int, bulk_remove: int) -> Iterator[None]:
+    saved = kt.BULK_KEYS, kt.SCALAR_KEYS, kt.WINDOW_SLOTS, kt.BULK_REMOVE_KEYS
+    kt.BULK_KEYS, kt.SCALAR_KEYS, kt.WINDOW_SLOTS, kt.BULK_REMOVE_KEYS = bulk, scalar, window, bulk_remove
     try:
         yield
     finally:
-        kt.BULK_KEYS, kt.SCALAR_KEYS, kt.WINDOW_SLOTS = saved
+        kt.BULK_KEYS, kt.SCALAR_KEYS, kt.WINDOW_SLOTS, kt.BULK_REMOVE_KEYS = saved
 
 
 def as_array(keys: list[Key]) -> NDArray[np.uint64]:
     return np.array(keys, np.uint64).reshape(-1, 2)
 
 
-def check_chains(table: KeyTable, arena: StubArena) -> None:
-    """No empty slot between any entry and its home slot, and load at most 1/2."""
+def check_chains(table: KeyTable, blocks: StubBlocks, capacity: int) -> None:
+    """No empty slot between any entry and its home slot; the capacity never changes; load at most 2/3."""
     ids = table.ids
-    capacity = len(ids)
-    assert capacity & (capacity - 1) == 0 and table.count * 2 <= capacity
+    assert len(ids) == capacity and table.mask == capacity - 1
+    assert table.count * MAX_LOAD_DEN <= capacity * MAX_LOAD_NUM
     doubled = np.concatenate([ids, ids])
     last_empty = np.maximum.accumulate(np.where(doubled == EMPTY, np.arange(2 * capacity), -1))[capacity:]
     where = np.flatnonzero(ids != EMPTY)
-    home = arena.key[ids[where], 1] & np.uint64(capacity - 1)
+    home = blocks.key[ids[where], 1] & np.uint64(capacity - 1)
     distance = (where - home.astype(np.int64)) % capacity
     assert np.all(distance < where + capacity - last_empty[where]), "an entry sits past an empty slot"
     assert int(np.count_nonzero(ids != EMPTY)) == table.count
 
 
-def run_ops(table_class: type[KeyTable], ops: list[tuple[str, Any]], tuning: tuple[int, int, int]) -> None:
-    arena, model = StubArena(), dict[Key, int]()
-    table = table_class(arena)
+def run_ops(table_class: type[KeyTable], ops: list[tuple[str, Any]], tuning: tuple[int, int, int, int],
+            capacity: int) -> None:
+    blocks, model = StubBlocks(), dict[Key, int]()
+    table = table_class(blocks, capacity)
     rng = np.random.default_rng(len(ops))
     with tuned(*tuning):
         for op, arg in ops:
             if op == "insert":
                 fresh = list(dict.fromkeys(UNIVERSE[i] for i in arg if UNIVERSE[i] not in model))
-                _insert(table, arena, model, fresh)
+                _insert(table, blocks, model, fresh[:room(capacity) - len(model)])
             elif op == "bulk":
                 fresh = [(int(h), int(lo)) for h, lo in rng.integers(0, 2**63, (arg, 2), dtype=np.uint64)]
-                _insert(table, arena, model, [k for k in dict.fromkeys(fresh) if k not in model])
+                fresh = [k for k in dict.fromkeys(fresh) if k not in model]
+                _insert(table, blocks, model, fresh[:room(capacity) - len(model)])
             elif op == "drop":
                 gone = list(dict.fromkeys(UNIVERSE[i] for i in arg if UNIVERSE[i] in model))
-                table.remove_ids(np.array([model[k] for k in gone], np.int32))
-                for key in gone:
-                    arena.drop(model.pop(key))
+                _remove_ids(table, blocks, model, gone)
+            elif op == "drop_many":  # an eviction: any keys held, in one call
+                held = list(model)
+                picked = rng.permutation(len(held))[:arg].tolist()
+                _remove_ids(table, blocks, model, [held[i] for i in picked])
             elif op == "remove":
                 key = UNIVERSE[arg]
                 expected = model.pop(key, EMPTY)
                 assert table.remove(*key) == expected
                 if expected != EMPTY:
-                    arena.drop(expected)
+                    blocks.drop(expected)
             else:
                 probe = [UNIVERSE[i] for i in arg]
                 assert table.lookup(as_array(probe)).tolist() == [model.get(k, EMPTY) for k in probe]
-            _check_all(table, arena, model)
+            _check_all(table, blocks, model, capacity)
 
 
-def _insert(table: KeyTable, arena: StubArena, model: dict[Key, int], fresh: list[Key]) -> None:
-    ids = [arena.add(key) for key in fresh]  # the arena row holds the key before the insert
+def _insert(table: KeyTable, blocks: StubBlocks, model: dict[Key, int], fresh: list[Key]) -> None:
+    ids = [blocks.add(key) for key in fresh]  # the block row holds the key before the insert
     table.insert_many(as_array(fresh), np.array(ids, np.int32))
     model.update(zip(fresh, ids, strict=True))
 
 
-def _check_all(table: KeyTable, arena: StubArena, model: dict[Key, int]) -> None:
+def _remove_ids(table: KeyTable, blocks: StubBlocks, model: dict[Key, int], gone: list[Key]) -> None:
+    table.remove_ids(np.array([model[k] for k in gone], np.int32))  # rows still hold their keys
+    for key in gone:
+        blocks.drop(model.pop(key))
+
+
+def _check_all(table: KeyTable, blocks: StubBlocks, model: dict[Key, int], capacity: int) -> None:
     assert table.count == len(model)
     probe = UNIVERSE + list(model)
     assert table.lookup(as_array(probe)).tolist() == [model.get(k, EMPTY) for k in probe]
-    check_chains(table, arena)
+    check_chains(table, blocks, capacity)
 
 
 universe_index = st.integers(0, len(UNIVERSE) - 1)
@@ -133,20 +152,22 @@ operations = st.lists(st.one_of(
     st.tuples(st.just("bulk"), st.integers(1, 700)),
     st.tuples(st.just("remove"), universe_index),
     st.tuples(st.just("drop"), st.lists(universe_index, max_size=30)),
+    st.tuples(st.just("drop_many"), st.integers(1, 400)),
     st.tuples(st.just("lookup"), st.lists(universe_index, max_size=40)),
 ), max_size=12)
 
 
-@given(ops=operations, tuning=st.sampled_from(TUNINGS))
-def test_key_table_matches_a_dict(ops: list[tuple[str, Any]], tuning: tuple[int, int, int]) -> None:
-    run_ops(KeyTable, ops, tuning)
+@given(ops=operations, tuning=st.sampled_from(TUNINGS), capacity=st.sampled_from(CAPACITIES))
+def test_key_table_matches_a_dict(ops: list[tuple[str, Any]], tuning: tuple[int, int, int, int],
+                                  capacity: int) -> None:
+    run_ops(KeyTable, ops, tuning, capacity)
 
 
 class IgnoresHi(KeyTable):
     """Broken: lookup compares the lo words only."""
 
     def lookup(self, keys: NDArray[np.uint64]) -> NDArray[np.int32]:
-        source, self.source = self.source, StubArena()
+        source, self.source = self.source, StubBlocks()
         self.source.key = source.key.copy()
         self.source.key[:, 0] = 0
         try:
@@ -162,37 +183,72 @@ class LeavesHoles(KeyTable):
         self.ids[hole] = EMPTY
 
 
-@pytest.mark.parametrize("broken", [IgnoresHi, LeavesHoles])
+class BulkLeavesHoles(KeyTable):
+    """Broken: a bulk removal empties the slots but does not place the runs after the holes again."""
+
+    def _remove_bulk(self, ids: NDArray[np.int32]) -> None:
+        self.ids[self._slots_of(ids)] = EMPTY
+        self.count -= len(ids)
+
+
+@pytest.mark.parametrize("broken", [IgnoresHi, LeavesHoles, BulkLeavesHoles])
 def test_the_property_catches_a_broken_table(broken: type[KeyTable]) -> None:
     @settings(max_examples=300, database=None, phases=[Phase.generate])
-    @given(ops=operations, tuning=st.sampled_from(TUNINGS))
-    def prop(ops: list[tuple[str, Any]], tuning: tuple[int, int, int]) -> None:
-        run_ops(broken, ops, tuning)
+    @given(ops=operations, tuning=st.sampled_from(TUNINGS), capacity=st.sampled_from(CAPACITIES))
+    def prop(ops: list[tuple[str, Any]], tuning: tuple[int, int, int, int], capacity: int) -> None:
+        run_ops(broken, ops, tuning, capacity)
 
     with pytest.raises(AssertionError):
         prop()
 
 
-def test_growth_rehash_and_absent_removal() -> None:
-    arena, model = StubArena(), dict[Key, int]()
-    table = KeyTable(arena)
-    keys = [(hi, lo) for hi in HIS for lo in range(0, 200 * MIN_CAPACITY, MIN_CAPACITY)]  # 800 keys, 1 home
-    _insert(table, arena, model, keys)
-    assert len(table.ids) == 2 * MIN_CAPACITY and table.nbytes() == 4 * len(table.ids)
-    _check_all(table, arena, model)
+def test_capacity_is_fixed_a_full_table_refuses_and_absent_removal() -> None:
+    blocks, model = StubBlocks(), dict[Key, int]()
+    table = KeyTable(blocks)
+    assert len(table.ids) == MIN_CAPACITY and table.nbytes() == 4 * MIN_CAPACITY
+    full = room(MIN_CAPACITY)
+    keys = [(hi, lo) for hi in HIS for lo in range(0, full * MIN_CAPACITY, MIN_CAPACITY)][:full]  # one home
+    _insert(table, blocks, model, keys)
+    assert len(table.ids) == MIN_CAPACITY and table.count == full, "no rehash: the capacity is fixed"
+    _check_all(table, blocks, model, MIN_CAPACITY)
+    before = table.ids.copy()
+    with pytest.raises(AssertionError, match="capacity is fixed"):
+        _insert(table, blocks, dict[Key, int](), [(5, 5)])
+    assert np.array_equal(table.ids, before) and table.count == full, "a refused insert changes nothing"
     assert table.remove(3, 0) == EMPTY and table.remove(0, 1) == EMPTY and table.count == len(model)
     for key in keys[::3]:
         assert table.remove(*key) == model.pop(key)
-    _check_all(table, arena, model)
+    _check_all(table, blocks, model, MIN_CAPACITY)
+
+
+def test_capacity_must_be_a_power_of_two_at_least_the_minimum() -> None:
+    for bad in (MIN_CAPACITY // 2, MIN_CAPACITY + 1, 3 * MIN_CAPACITY):
+        with pytest.raises(AssertionError, match="power-of-two"):
+            KeyTable(StubBlocks(), bad)
+    assert len(KeyTable(StubBlocks(), 4 * MIN_CAPACITY).ids) == 4 * MIN_CAPACITY
+    for rows in (1, 682, 683, 1365, 1366, 10_000):  # the manager sizes its table for its block rows
+        slots = key_table_slots(rows)
+        assert slots >= MIN_CAPACITY and slots & (slots - 1) == 0 and room(slots) >= rows
+        assert slots == MIN_CAPACITY or room(slots // 2) < rows
+
+
+def test_the_manager_key_table_matches_its_block_rows() -> None:
+    from hkv_core.layout import Layout
+    from hkv_core.manager import CacheManager, ManagerConfig
+
+    m = CacheManager(Layout.from_preset("llama_full"), ManagerConfig(default_pool_pages=16, max_blocks=5000, seed=0))
+    keys = m.core.index.keys
+    assert len(keys.ids) == key_table_slots(5000) and room(len(keys.ids)) >= m.core.index.blocks.capacity
+    assert keys.source is m.core.index.blocks
 
 
 def test_clone_is_independent() -> None:
-    arena, model = StubArena(), dict[Key, int]()
-    table = KeyTable(arena)
-    _insert(table, arena, model, UNIVERSE[:50])
-    twin_arena = StubArena()
-    twin_arena.key = arena.key.copy()
-    twin = table.clone(twin_arena)
+    blocks, model = StubBlocks(), dict[Key, int]()
+    table = KeyTable(blocks)
+    _insert(table, blocks, model, UNIVERSE[:50])
+    twin_blocks = StubBlocks()
+    twin_blocks.key = blocks.key.copy()
+    twin = table.clone(twin_blocks)
     assert table.remove(*UNIVERSE[0]) == model[UNIVERSE[0]]
     assert twin.lookup(as_array(UNIVERSE[:1])).tolist() == [model[UNIVERSE[0]]] and twin.count == 50
-    assert twin.source is twin_arena and table.lookup(as_array(UNIVERSE[:1])).tolist() == [EMPTY]
+    assert twin.source is twin_blocks and table.lookup(as_array(UNIVERSE[:1])).tolist() == [EMPTY]

@@ -1,6 +1,6 @@
 """resume_requirements equals a direct enumeration of the positions each layer still needs.
 
-The enumeration follows V4_CACHE.md sections 2, 4, 5 from the reading side: a
+The enumeration follows docs/v4_cache.md sections 2, 4, 5 from the reading side: a
 position's state is needed at P iff some computation at a position >= P reads
 it.  Compressed entries: blocks completed by a token < P.  Tail: rows (of
 positions < P) pooled by a block not yet emitted, i.e. block floor(P/r) and

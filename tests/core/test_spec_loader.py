@@ -50,7 +50,7 @@ CASES = [
     ('initial = "ABSENT"', 'initial = "NOWHERE"', "kinds.disk_prefix", "initial", "unknown state"),
     ('states = ["ABSENT", "WRITING"', 'states = ["ABSENT", "LIMBO", "WRITING"', "kinds.disk_prefix",
      "states", "unreachable"),
-    ('failure = "F2"', 'failure = "two"', "invariants.", "failure", "FAILURES.md row"),
+    ('failure = "F2"', 'failure = "two"', "invariants.", "failure", "failure row of docs/failures.md"),
     ("[meta]\nversion = 2", "[meta]\nversion = 2\nversoin = 2", "meta", "versoin", "unknown key"),
     ('lease_events = ["pin", "unpin", "publish_pinned"]', 'lease_events = ["pin", "grab", "publish_pinned"]',
      "meta", "lease_events", "unknown name"),

@@ -1,4 +1,4 @@
-"""Exactness oracle of tiny V4 (V4_CACHE.md sections 6 and 7).
+"""Exactness oracle of tiny V4 (docs/v4_cache.md sections 6 and 7).
 
 Resuming from the MINIMAL state at any prefix length P and feeding the rest in any
 chunking gives logits np.array_equal to full recomputation; every piece of that state is

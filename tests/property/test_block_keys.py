@@ -1,4 +1,4 @@
-"""Property tests of hkv_core.block_keys: seeded, prefix-chained block keys (FAILURES.md F10)."""
+"""Property tests of hkv_core.block_keys: seeded, prefix-chained block keys (docs/failures.md F10)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,10 @@ deepseek_v4_flash with 16-token blocks and llama_full.  After every step a
 fresh probe request is matched and its hit must equal
 ``brute_force_hit_tokens``; ``check_invariants`` must stay empty; a failed
 allocation (OutOfPages) must change nothing (F8); the first allocation after a
-hit must carry exactly the copy-on-write / tail-seeding copies the hit implies.
+hit must carry exactly the copy-on-write / tail-seeding copies the hit implies
+(run as a plan and completed before the commit), and every hit match returns
+must be acquirable as it is (match and acquire share one definition of a usable
+resume point: with window or tail pools, a KEPT point at the hit's end).
 
 F7 (``FAILURES.md``): what the write side publishes at length L is exactly what
 the lookup side returns at L.
@@ -16,9 +19,7 @@ the lookup side returns at L.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
-from typing import Any
 
 import attrs
 import numpy as np
@@ -26,7 +27,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hkv_core.layout import Layout
+from hkv_core.layout import EntryKind, Layout
 from hkv_core.manager import (
     Allocation,
     CacheManager,
@@ -34,10 +35,13 @@ from hkv_core.manager import (
     Hit,
     ManagerConfig,
     OutOfPages,
-    PoolRole,
+    StaleLease,
     check_invariants,
 )
-from hkv_core.manager import hit as hit_module
+from hkv_core.manager import match as match_module
+from hkv_core.manager.roles import tail as tail_role
+from hkv_core.manager.roles import window as window_role
+from hkv_core.plan import Completion
 from hkv_core.testing.brute_force import brute_force_hit_tokens
 
 VOCAB = 1000  # random token ids lie in [0, VOCAB)
@@ -89,8 +93,11 @@ def _probe(m: CacheManager, tokens: np.ndarray, salt: str | None) -> int:
         assert hit.tokens == expected, f"match {hit.tokens} ({hit.codes}) != brute force {expected}"
         _same_hit(hit, _narrow_match(m, rid))
         assert hit.tokens % m.layout.block_tokens == 0 and hit.tokens < len(tokens) or hit.tokens == 0
-        if not m.core.config.allow_partial_page_copy:
+        if not m.config.allow_partial_page_copy:
             assert hit.tokens % m.core.lcm_tokens == 0
+        # what match returns, acquire accepts (nothing moved in between); an equal copy of the hit, so
+        # acquire re-derives its pages from the index rather than recognizing match's own result
+        m.clone().acquire(rid, attrs.evolve(hit))
     finally:
         m.release(rid)
     return hit.tokens
@@ -98,30 +105,18 @@ def _probe(m: CacheManager, tokens: np.ndarray, salt: str | None) -> int:
 
 def _narrow_match(m: CacheManager, rid: int) -> Hit:
     """match() searching from a one-block window upward (widening as needed) instead of the default."""
-    saved = hit_module.SEARCH_BLOCKS
-    hit_module.SEARCH_BLOCKS = 1
+    saved = match_module.SEARCH_BLOCKS
+    match_module.SEARCH_BLOCKS = 1
     try:
         return m.match(rid)
     finally:
-        hit_module.SEARCH_BLOCKS = saved
+        match_module.SEARCH_BLOCKS = saved
 
 
 def _same_hit(full: Hit, narrow: Hit) -> None:
     """The windowed search is exact: same length, reasons (with their details) and pages."""
     assert (narrow.tokens, narrow.reasons) == (full.tokens, full.reasons), f"{narrow} != {full}"
     assert {k: v.tolist() for k, v in narrow.pages.items()} == {k: v.tolist() for k, v in full.pages.items()}
-
-
-def _fingerprint(m: CacheManager) -> tuple[object, ...]:
-    """Pages, pins, index and requests: what a failed allocation must leave as it was."""
-    core = m.core
-    pools = tuple((p.state.tobytes(), p.version.tobytes(), p.leases.tobytes(), p.holders.tobytes(),
-                   tuple(p.free)) for p in core.pools)
-    arena = (core.arena.alive.tobytes(), core.arena.point.tobytes(), core.arena.prefix_pages.tobytes(),
-             core.arena.window_pages.tobytes(), core.arena.tail_pages.tobytes())
-    requests = tuple((rid, r.computed, r.allocated, r.acquired, tuple(r.chain), tuple(map(tuple, r.tables)))
-                     for rid, r in sorted(core.requests.items()))
-    return pools, arena, requests, core.keys.count
 
 
 def _expected_copies(m: CacheManager, hit: Hit, alloc: Allocation) -> set[CopyPages]:
@@ -132,21 +127,21 @@ def _expected_copies(m: CacheManager, hit: Hit, alloc: Allocation) -> set[CopyPa
     resume, out = hit.tokens, set[CopyPages]()
     if not resume:
         return out
-    for info in m.core.infos:
-        ratio = info.spec.compress_ratio
-        entries = resume % info.spec.tokens_per_page // max(1, ratio)
-        if info.role is PoolRole.PREFIX and entries:  # a page P splits with entries before P
-            src = int(hit.pages[info.name][-1])
-            dst = int(alloc.block_tables[info.name][resume // info.spec.tokens_per_page])
-            out.add(CopyPages(pool=info.name, src=src, dst=dst, entries=entries, src_version=int(
-                hit.versions[info.name][-1])))
-        elif info.role is PoolRole.TAIL:
+    for spec in m.layout.pools:
+        ratio = spec.compress_ratio
+        entries = resume % spec.tokens_per_page // max(1, ratio)
+        if spec.entry_kind is EntryKind.COMPRESSED_ENTRY and entries:  # a page P splits with entries before P
+            src = int(hit.pages[spec.name][-1])
+            dst = int(alloc.block_tables[spec.name][resume // spec.tokens_per_page])
+            out.add(CopyPages(pool=spec.name, src=src, dst=dst, entries=entries, src_version=int(
+                hit.versions[spec.name][-1])))
+        elif spec.entry_kind is EntryKind.TAIL_ROW:
             rows = 4 + resume % 4 if ratio == 4 else resume % ratio
             if not rows:  # nothing to seed
                 continue
-            src = int(hit.pages[info.name][0])
-            out.add(CopyPages(pool=info.name, src=src, dst=alloc.tail_pages[info.name], entries=rows,
-                              src_version=int(hit.versions[info.name][0])))
+            src = int(hit.pages[spec.name][0])
+            out.add(CopyPages(pool=spec.name, src=src, dst=alloc.tail_pages[spec.name], entries=rows,
+                              src_version=int(hit.versions[spec.name][0])))
     return out
 
 
@@ -155,23 +150,27 @@ def _advance(m: CacheManager, data: st.DataObject, rid: int, profile: Profile, *
     """Allocate and commit random chunks: once, or until the request's known tokens are computed.
 
     A failed allocation (OutOfPages) must leave the manager as it was.  The first allocation after
-    a hit carries exactly the copies the hit implies; later ones carry none.
+    a hit carries exactly the copies the hit implies; later ones carry none.  The copies are completed
+    at once (the engine runs them before the forward pass).
     """
     while True:
         computed, allocated, total = m.request_tokens(rid)
         if allocated < total and (allocated == computed or data.draw(st.booleans(), label="more")):
             count = data.draw(st.integers(1, min(profile.max_chunk, total - allocated)), label="alloc")
-            before = _fingerprint(m)
+            before = m.snapshot()
             try:
                 alloc = m.allocate(rid, count)
             except OutOfPages:
                 assert m.request_tokens(rid) == (computed, allocated, total)
-                assert _fingerprint(m) == before, "a failed allocation changed the manager (F8)"
+                assert m.snapshot() == before, "a failed allocation changed the manager (F8)"
                 assert check_invariants(m) == []
                 return
             hit = pending_hit.pop(rid, None)
             expected = _expected_copies(m, hit, alloc) if hit is not None else set()
             assert set(alloc.copies) == expected and len(alloc.copies) == len(expected)
+            assert (alloc.plan is None) == (not expected)
+            if alloc.plan is not None:
+                m.complete(alloc.plan.plan_id, Completion())
         computed, allocated, total = m.request_tokens(rid)
         if allocated > computed:
             everything = data.draw(st.integers(0, 2), label="commit all?") > 0
@@ -253,7 +252,7 @@ def _random_history(name: str, data: st.DataObject) -> None:
     for rid in sorted(live):
         m.release(rid)
     assert check_invariants(m) == []
-    assert not m.core.requests
+    assert len(m.core.requests) == 0
 
 
 def _history_test(name: str) -> Callable[[], None]:
@@ -278,32 +277,35 @@ def _published_lengths(m: CacheManager, prompt_tokens: int, computed: int, start
     """Block boundaries L in (0, computed] that the write side published for a resume.
 
     L is a retention boundary (every `retain_every_blocks` blocks or the prompt's
-    last block boundary; every boundary without windows and tails), every prefix
-    page over [0, L) was completed by the request (so it was published), and the
-    LCM rule holds when partial-page copy is off.  `start` (the request's own
-    hit) is excluded as it may come from elsewhere.
+    last block boundary; every boundary without windows and tails), and the LCM
+    rule holds when partial-page copy is off.  Every prefix page over [0, L) is
+    published: the pages the request completed at their commit, the page it
+    stopped in sealed at its release.  `start` (the request's own hit) is
+    excluded as it may come from elsewhere.
     """
-    core = m.core
-    block = core.block_tokens
-    needs_points = bool(core.by_role[PoolRole.WINDOW] or core.by_role[PoolRole.TAIL])
+    config, block = m.config, m.layout.block_tokens
+    needs_points = any(spec.entry_kind is not EntryKind.COMPRESSED_ENTRY for spec in m.layout.pools)
     out = []
     for length in range(block, computed + 1, block):
         if length <= start:
             continue
         if needs_points:
-            every = length // block % core.config.retain_every_blocks == 0
-            end = core.config.retain_prompt_end and length == prompt_tokens // block * block
+            every = length // block % config.retain_every_blocks == 0
+            end = config.retain_prompt_end and length == prompt_tokens // block * block
             if not (every or end):
                 continue
-        pages_done = all(math.ceil(length / core.infos[p].spec.tokens_per_page)
-                         * core.infos[p].spec.tokens_per_page <= computed
-                         for p in core.by_role[PoolRole.PREFIX])
-        if not pages_done:
-            continue
-        if not core.config.allow_partial_page_copy and length % core.lcm_tokens:
+        if not config.allow_partial_page_copy and length % m.core.lcm_tokens:
             continue
         out.append(length)
     return out
+
+
+def _serve(m: CacheManager, rid: int, count: int) -> None:
+    """Allocate `count` tokens, run the allocation's copies, commit."""
+    alloc = m.allocate(rid, count)
+    if alloc.plan is not None:
+        m.complete(alloc.plan.plan_id, Completion())
+    m.commit(rid, count)
 
 
 @pytest.mark.parametrize("name", sorted(PROFILES))
@@ -311,8 +313,8 @@ def _published_lengths(m: CacheManager, prompt_tokens: int, computed: int, start
 @settings(max_examples=40)
 def test_f7_every_published_length_is_returned_exactly(name: str, data: st.DataObject) -> None:
     """A request computes C tokens in random chunks and releases; nothing is evicted.  For every
-    length L it published (a retained boundary whose prefix pages are complete), a new request
-    with the same first L tokens and then different ones matches exactly L."""
+    length L it published (a retained boundary; its prefix pages are published at commit or sealed
+    at release), a new request with the same first L tokens and then different ones matches exactly L."""
     profile = PROFILES[name]
     layout = profile.layout()
     block = layout.block_tokens
@@ -326,8 +328,7 @@ def test_f7_every_published_length_is_returned_exactly(name: str, data: st.DataO
         # an earlier request computed a prefix: the request resumes from it (copy-on-write paths)
         warm = data.draw(st.integers(1, len(tokens)), label="warm tokens")
         first = m.add_request(tokens[:warm])
-        m.allocate(first, warm)
-        m.commit(first, warm)
+        _serve(m, first, warm)
         m.release(first)
     rid = m.add_request(tokens)
     hit = m.match(rid)
@@ -336,11 +337,9 @@ def test_f7_every_published_length_is_returned_exactly(name: str, data: st.DataO
     target = data.draw(st.integers(start + 1, len(tokens)), label="computed")
     while m.request_tokens(rid)[0] < target:
         computed = m.request_tokens(rid)[0]
-        count = data.draw(st.integers(1, target - computed), label="chunk")
-        m.allocate(rid, count)
-        m.commit(rid, count)
+        _serve(m, rid, data.draw(st.integers(1, target - computed), label="chunk"))
     m.release(rid)
-    assert m.core.stats["evicted_blocks"] == m.core.stats["evicted_points"] == 0
+    assert m.stats["evicted_blocks"] == m.stats["evicted_points"] == 0
     assert check_invariants(m) == []
     lengths = _published_lengths(m, len(tokens), target, start)
     for length in lengths:
@@ -353,38 +352,86 @@ def test_f7_every_published_length_is_returned_exactly(name: str, data: st.DataO
 # ----------------------------------------------------------------------------- the reference itself
 
 
+def _prefix_column(m: CacheManager, pool: str) -> np.ndarray:
+    """The block-table column (block -> object) of the page pool that layout pool `pool` belongs to."""
+    return next(column for page_pool, column in m.core.index.blocks.refs if pool in page_pool.spec.member_names)
+
+
 def test_brute_force_sees_every_object_kind() -> None:
-    """Knock out one object the hit at 40 needs (on tiny_v4, points at every block): the reference and
-    match move together, to the exact expected length; restoring it restores the hit."""
+    """Knock out one thing the hit at 40 needs (on tiny_v4, points at every block), each in a clone of
+    the manager: the reference and match move together, to the exact expected length.  The prefix pages
+    are per block; window pages and tail snapshots are reached only through the point kept at the hit's
+    end, so knocking out a point (by hand, or by evicting it) stands for them."""
     m = CacheManager(_layout("tiny_v4"), ManagerConfig(default_pool_pages=64, retain_every_blocks=1, seed=3))
     tokens = np.random.default_rng(5).integers(0, VOCAB, 41, dtype=np.int64)
     rid = m.add_request(tokens)
-    m.allocate(rid, 41)
-    m.commit(rid, 41)
+    _serve(m, rid, 41)
     m.release(rid)
     probe = np.concatenate([tokens, [FRESH_TOKEN] * 9])
     assert _probe(m, probe, None) == 40
-    core, arena = m.core, m.core.arena
-    ids = core.keys.lookup(core.hasher.hash_blocks(tokens)).tolist()
-    cases: list[tuple[str, Any, tuple[int, ...], int]] = []  # (what, arena column, index, hit without it)
-    for pool in core.by_role[PoolRole.PREFIX]:
-        cases.append((f"{core.infos[pool].name} page of block 2", arena.prefix_pages, (ids[2], core.column[pool]),
-                      16))
-    for pool in core.by_role[PoolRole.WINDOW]:  # W = 8: the point at 40 reads block 4's window rows only
-        cases.append((f"{core.infos[pool].name} of block 4", arena.window_pages, (ids[4], core.column[pool]), 32))
-        cases.append((f"{core.infos[pool].name} of block 3", arena.window_pages, (ids[3], core.column[pool]), 40))
-    for pool in core.by_role[PoolRole.TAIL]:
-        cases.append((f"{core.infos[pool].name} at 40", arena.tail_pages, (ids[4], core.column[pool]), 32))
-    cases.append(("point at 24", arena.point, (ids[2],), 40))
-    cases.append(("point at 40", arena.point, (ids[4],), 32))
-    for what, column, where, expected in cases:
-        saved = column[where].copy()
-        column[where] = 0
-        assert _probe(m, probe, None) == expected, what
-        column[where] = saved
-        assert _probe(m, probe, None) == 40, what
-    key = arena.key[ids[3]]
-    assert core.keys.remove(int(key[0]), int(key[1])) == ids[3]  # an unindexed block ends the chain
-    assert _probe(m, probe, None) == 24
-    core.keys.insert(int(key[0]), int(key[1]), ids[3])
-    assert _probe(m, probe, None) == 40
+    ids = m.core.index.keys.lookup(m.core.hasher.hash_blocks(tokens)).tolist()
+    assert m.index_counts()["points"] == 5  # at 8, 16, 24, 32, 40
+
+    def knock_prefix(pool: str, block: int) -> Callable[[CacheManager], None]:
+        def knock(c: CacheManager) -> None:
+            _prefix_column(c, pool)[ids[block], 0] = 0  # the block refers to no page of that pool
+        return knock
+
+    def knock_point(*blocks: int) -> Callable[[CacheManager], None]:
+        def knock(c: CacheManager) -> None:
+            c.core.index.blocks.point[[ids[b] for b in blocks]] = -1  # no point kept at the block's end
+        return knock
+
+    def unindex(first: int) -> Callable[[CacheManager], None]:
+        def knock(c: CacheManager) -> None:  # a chain loses its tail (only leaves leave the index)
+            for block in range(len(ids) - 1, first - 1, -1):
+                key = c.core.index.blocks.key[ids[block]]
+                assert c.core.index.keys.remove(int(key[0]), int(key[1])) == ids[block]
+        return knock
+
+    cases: list[tuple[str, Callable[[CacheManager], None], int]] = [
+        (f"{spec.name} page of block 2", knock_prefix(spec.name, 2), 16)
+        for spec in m.layout.pools if spec.entry_kind is EntryKind.COMPRESSED_ENTRY]
+    cases += [
+        ("point at 40 (its window page and tail snapshots)", knock_point(4), 32),
+        ("point at 24", knock_point(2), 40),
+        ("points at 40 and 32", knock_point(4, 3), 24),
+        ("points at 40, 32 and 24", knock_point(4, 3, 2), 16),
+        ("block 4 unindexed", unindex(4), 32),
+        ("blocks 3 and 4 unindexed", unindex(3), 24),
+        ("every block unindexed", unindex(0), 0),
+        ("the point at 40 evicted", lambda c: c.evict(max_units=1), 32),
+    ]
+    assert len(cases) == 3 + 8
+    for what, knock, expected in cases:
+        clone = m.clone()
+        knock(clone)
+        assert _probe(clone, probe, None) == expected, what
+    assert _probe(m, probe, None) == 40  # the original is untouched
+
+
+def test_brute_force_catches_a_match_that_ignores_kept_points(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broken variant of 0c572f4: window and tail conditions that accept every block boundary (window
+    rows present per block) instead of a KEPT point.  On swa_full, a 340-token request after 320- and
+    352-token ones then matches 336 where no point is kept; the reference says 320."""
+    m = CacheManager(_layout("swa_full"), ManagerConfig(seed=0))
+    base = np.arange(400, dtype=np.int64)
+    for end in (320, 352):
+        rid = m.add_request(base[:end])
+        hit = m.match(rid)
+        m.acquire(rid, hit)
+        _serve(m, rid, end - hit.tokens)
+        m.release(rid)
+    assert _probe(m, base[:340], None) == 320
+
+    def every_boundary(role: object, ids: np.ndarray, lo: int) -> np.ndarray:
+        return np.ones(len(ids) + 1 - lo, np.bool_)
+
+    monkeypatch.setattr(window_role, "point_kept", every_boundary)
+    monkeypatch.setattr(tail_role, "point_kept", every_boundary)
+    rid = m.add_request(base[:340])
+    hit = m.match(rid)
+    assert (hit.tokens, brute_force_hit_tokens(m, rid)) == (336, 320)
+    with pytest.raises(StaleLease) as err:  # what the defect looked like to an engine
+        m.acquire(rid, attrs.evolve(hit))  # a copy: acquire re-derives the hit from the index
+    assert (err.value.pool, err.value.fields["expected_state"]) == ("resume_point", "KEPT")

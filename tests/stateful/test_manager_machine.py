@@ -6,14 +6,24 @@ toward the cheaper layouts; deep: 12,500).
 
 from __future__ import annotations
 
-import attrs
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
+from numpy.typing import NDArray
 
 from hkv_core.layout import Layout
-from hkv_core.manager import CacheManager, Hit, InvalidRequestState, ManagerConfig, StaleLease, check_invariants, evict
+from hkv_core.manager import CacheManager, InvalidRequestState, ManagerConfig, StaleLease, check_invariants
+from hkv_core.manager import acquire as acquire_module
+from hkv_core.manager import evict as evict_module
+from hkv_core.manager import match as match_module
+from hkv_core.manager import release as release_module
+from hkv_core.manager.core import Core
+from hkv_core.manager.records import Hit
+from hkv_core.manager.requests import RequestState, RequestTable
+from hkv_core.manager.roles.prefix import PrefixRole
 from hkv_core.testing.manager_machine import ManagerMachine, make_manager_machine
 
 STEPS = 30
@@ -30,65 +40,56 @@ TinyRetainEvery1 = make_manager_machine("tiny_v4", default_pool_pages=48, retain
 TinyRetainEvery2 = make_manager_machine("tiny_v4", default_pool_pages=24, retain_every_blocks=2, max_requests=4)
 Flash16 = make_manager_machine("deepseek_v4_flash", block_tokens=16, default_pool_pages=128, retain_every_blocks=4)
 LlamaFull = make_manager_machine("llama_full", default_pool_pages=32)
+SwaFull = make_manager_machine("swa_full", default_pool_pages=64, retain_every_blocks=2)
 
-TestTinyRetainEvery1 = bind(TinyRetainEvery1, 0.6)
-TestTinyRetainEvery2 = bind(TinyRetainEvery2, 0.5)
-TestFlash16 = bind(Flash16, 0.4)
-TestLlamaFull = bind(LlamaFull, 1.0)
+TestTinyRetainEvery1 = bind(TinyRetainEvery1, 0.5)
+TestTinyRetainEvery2 = bind(TinyRetainEvery2, 0.4)
+TestFlash16 = bind(Flash16, 0.3)
+TestLlamaFull = bind(LlamaFull, 0.8)
+TestSwaFull = bind(SwaFull, 0.5)
 
 
 # ----------------------------------------------------------- the machine can fail
 
-class ReleaseForgetsToUnpin(ManagerMachine):
-    def make_manager(self) -> CacheManager:
-        manager = super().make_manager()
-        core = manager.core
-
-        def release(rid: int) -> None:  # forgets the request but keeps its pins and pages
-            del core.requests[rid]
-
-        manager.release = release  # type: ignore[method-assign]
-        return manager
+Patch = Callable[[pytest.MonkeyPatch], None]
 
 
-class CommitSkipsPublishing(ManagerMachine):
-    def make_manager(self) -> CacheManager:
-        manager = super().make_manager()
-        core = manager.core
+def release_keeps_pins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """release forgets the request's lease list before unpinning: its pins stay on the pages."""
+    original = release_module.release
 
-        def commit(rid: int, num_tokens: int) -> None:  # counts the tokens, publishes nothing
-            req = core.requests[rid]
-            if num_tokens < 1 or req.computed + num_tokens > req.allocated:
-                raise InvalidRequestState(request_id=rid, action="commit", reason="beyond allocated")
-            req.computed += num_tokens
+    def release(core: Core, req: RequestState) -> None:
+        req.pins.clear()
+        original(core, req)
 
-        manager.commit = commit  # type: ignore[method-assign]
-        return manager
+    monkeypatch.setattr(release_module, "release", release)
 
 
-class AcquireSkipsVersionCheck(ManagerMachine):
-    def make_manager(self) -> CacheManager:
-        manager = super().make_manager()
-        core, acquire = manager.core, manager.acquire
+def commit_publishes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """commit counts the tokens but publishes no completed prefix page (and attaches none to its blocks)."""
+    monkeypatch.setattr(PrefixRole, "completed", lambda self, req, before, moves: None)
 
-        def unchecked(rid: int, found: Hit) -> None:  # re-reads the versions instead of checking them (F3)
-            now = {n: core.pools[core.pool_index[n]].version[p].copy() for n, p in found.pages.items()}
-            acquire(rid, attrs.evolve(found, versions=now))
 
-        manager.acquire = unchecked  # type: ignore[method-assign]
-        return manager
+def acquire_skips_version_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """acquire pins whatever the index holds now instead of checking the hit against it (F3)."""
+
+    def verify(core: Core, req: RequestState, hit: Hit) -> list[NDArray[np.intp]]:
+        return match_module.hit_objects(core, hit.block_ids, match_module.point_of(core, hit.block_ids))
+
+    monkeypatch.setattr(acquire_module, "verify", verify)
 
 
 @pytest.mark.parametrize(("broken", "symptom"), [
-    (ReleaseForgetsToUnpin, "still owns pages|invariant violated"),
-    (CommitSkipsPublishing, "committed since the last eviction"),
-    (AcquireSkipsVersionCheck, "moved|version|illegal transition"),
+    (release_keeps_pins, "still owns pages|invariant violated|pins or owners left"),
+    (commit_publishes_nothing, "committed since the last eviction"),
+    (acquire_skips_version_check, "moved|version|illegal transition"),
 ])
-def test_machine_finds_a_broken_manager(broken: type[ManagerMachine], symptom: str) -> None:
+def test_machine_finds_a_broken_manager(broken: Patch, symptom: str, monkeypatch: pytest.MonkeyPatch) -> None:
     quick = settings(max_examples=500, stateful_step_count=STEPS, database=None, phases=[Phase.generate],
                      report_multiple_bugs=False, print_blob=False)
+    broken(monkeypatch)
     with pytest.raises(Exception, match=symptom):
-        run_state_machine_as_test(broken, settings=quick)
+        run_state_machine_as_test(ManagerMachine, settings=quick)
 
 
 # ------------------------------------------------------- regression examples
@@ -124,16 +125,28 @@ def test_commit_after_its_found_blocks_were_evicted() -> None:
     assert check_invariants(m) == []
     assert m.match(m.add_request(prompt)).tokens == 32  # b committed [0, 32)
     m.release(b)
-    assert m.evict() == 2 and m.core.arena.live == 0
+    assert m.evict() == 2 and m.index_counts() == {"blocks": 0, "points": 0, "keys": 0}
 
 
 def test_invariants_catch_a_chain_evicted_under_a_request(monkeypatch: pytest.MonkeyPatch) -> None:
     """Broken variant: eviction no longer keeps live chains; check_invariants must say so."""
-    monkeypatch.setattr(evict, "live_chain_tails", lambda core: set())
+    walk = evict_module._walk
+
+    def walk_past_live_chains(core: Core, needs: list[int], max_units: int | None) -> evict_module.Walk:
+        core.requests.live = lambda: []  # type: ignore[method-assign]  # the walk sees no live chain
+        try:
+            return walk(core, needs, max_units)
+        finally:
+            del core.requests.live
+
+    monkeypatch.setattr(evict_module, "_walk", walk_past_live_chains)
+    monkeypatch.setattr(RequestTable, "chain_tails", lambda self: np.zeros(0, np.int32))  # nor does `drop`
     m = CacheManager(Layout.from_preset("llama_full"), ManagerConfig(default_pool_pages=16, seed=0))
-    _evict_under_a_found_chain(m)
+    _, b = _evict_under_a_found_chain(m)
+    assert m.index_counts()["blocks"] == 0  # block 0, which ends b's chain, went too
     broken = check_invariants(m)
-    assert any("lease_covers_object_set" in v and "not indexed under its keys" in v for v in broken), broken
+    assert any("live_chains_indexed" in v and f"request {b}" in v and "not indexed under its keys" in v
+               for v in broken), broken
 
 
 def _point_without_pins(m: CacheManager, prompt: np.ndarray, tokens: int) -> None:
@@ -149,8 +162,9 @@ def _point_without_pins(m: CacheManager, prompt: np.ndarray, tokens: int) -> Non
 
 
 def test_stale_lease_names_the_state_that_moved() -> None:
-    """A window page retired from the index while its publisher still pins it keeps its version: the
-    StaleLease says the state moved."""
+    """The point a hit resumes at is evicted: acquire names the point, the version the hit recorded and the
+    one (and state) found.  Its window page, retired from the index while its publisher still pins it, keeps
+    its version: only its state moved (a point refers to its own window pages, so the point moves first)."""
     m = CacheManager(Layout.from_preset("tiny_v4"), ManagerConfig(default_pool_pages=32, retain_every_blocks=1, seed=0))
     prompt = np.arange(40)
     _point_without_pins(m, prompt, 16)
@@ -160,12 +174,20 @@ def test_stale_lease_names_the_state_that_moved() -> None:
     b = m.add_request(prompt[:17])
     hit = m.match(b)
     assert hit.tokens == 16
+    window = "swa.swa_window"
+    assert m.pinned(a)[window].get(int(hit.pages[window][-1])) == int(hit.versions[window][-1])  # a's own
+    before = m.snapshot()
     m.evict()  # the point at 16 goes: a's window page of block 1 is retired, a still pins it
     with pytest.raises(StaleLease) as stale:
         m.acquire(b, hit)
     err = stale.value
-    assert (err.found_version, err.found_state, err.expected_state) == (err.expected_version, "RETIRED", "PUBLISHED")
-    assert "state RETIRED" in str(err) and err.fields["found_state"] == "RETIRED"
+    assert (err.pool, err.page, err.expected_version) == ("resume_point", hit.point, hit.point_version)
+    assert err.found_version != err.expected_version and (err.expected_state, err.found_state) == ("KEPT", "FREE")
+    assert "state FREE" in str(err) and err.fields["found_state"] == "FREE"
+    assert m.snapshot() != before
+    now = m.pages(window, hit.pages[window][-1:])
+    assert now.states == ("RETIRED",) and now.versions.tolist() == hit.versions[window][-1:].tolist()
+    assert m.chain(b) == [] and not any(m.pinned(b).values())
 
 
 def test_new_point_never_indexes_a_retired_window_page() -> None:
@@ -177,6 +199,9 @@ def test_new_point_never_indexes_a_retired_window_page() -> None:
     m.allocate(b, 64)
     m.commit(b, 64)  # b records the point at 64 again, publishing and pinning its own window pages
     assert m.evict(max_units=1) == 1  # that point goes again: b's window pages are retired, b still pins them
+    window = "swa.swa_window"
+    retired = [p for p in m.pinned(b)[window] if m.pages(window, [p]).states[0] == "RETIRED"]
+    assert retired, "no window page of b was retired"
     m.allocate(b, 64)
     m.commit(b, 64)  # the point at 128 needs window blocks 0-7, among them b's retired pages
     assert check_invariants(m) == []
@@ -195,8 +220,12 @@ def test_acquire_refuses_a_hit_whose_block_left_the_index() -> None:
     b = m.add_request(prompt)
     hit = m.match(b)
     last = int(hit.block_ids[-1])
-    m.core.arena.alive[last] = False  # as if dropped while its page stayed published
+    blocks = m.core.index.blocks
+    blocks.state[last] = blocks.s_free  # as if dropped while its page stayed published (version kept)
+    m.core.objects.generation += 1  # the index changed: acquire may not reuse what match derived
     with pytest.raises(StaleLease) as err:
         m.acquire(b, hit)
-    assert (err.value.pool, err.value.page, err.value.found_state) == ("block index", last, "EVICTED")
-    assert m.core.requests[b].chain == [] and not any(m.core.requests[b].pinned_versions)
+    assert (err.value.pool, err.value.page, err.value.found_state, err.value.expected_state) == \
+        ("block", last, "FREE", "INDEXED")
+    assert err.value.found_version == err.value.expected_version == int(hit.block_versions[-1])
+    assert m.chain(b) == [] and not any(m.pinned(b).values())

@@ -4,8 +4,10 @@ Each worker runs a bounded, seeded loop of whole requests over shared
 prefixes (add_request, match, acquire, allocate / commit in random chunks, a
 little decode, release) and handles the typed errors the API documents:
 StaleLease (counted, and checked against the hit it refused), OutOfPages,
-AdmissionRejected.  At the end every request is released, the invariants
-hold, and no page leaked, is pinned or has an owner.
+AdmissionRejected.  A worker runs its own copy plans: it verifies each (as an
+executor does at launch: the sources it pinned cannot have moved), yields to
+the other threads, then completes it.  At the end every request is released,
+the invariants hold, and no page leaked, is pinned or has an owner.
 
 Each run happens in a forked child process, so that a manager that loops
 forever under its lock fails this test after RUN_TIMEOUT_S instead of hanging
@@ -19,6 +21,7 @@ import sys
 import threading
 import time
 import traceback
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from typing import Any
@@ -29,14 +32,18 @@ import pytest
 
 from hkv_core.layout import Layout
 from hkv_core.manager import (
-           AdmissionRejected,
-           CacheManager,
-           Hit,
-           ManagerConfig,
-           OutOfPages,
-           StaleLease,
-           check_invariants,
+    AdmissionRejected,
+    CacheManager,
+    Hit,
+    ManagerConfig,
+    OutOfPages,
+    StaleLease,
+    check_invariants,
 )
+from hkv_core.manager import release as release_module
+from hkv_core.manager.core import Core
+from hkv_core.manager.requests import RequestState
+from hkv_core.plan import Completion
 
 WORKERS = 5
 ITERATIONS = 150
@@ -62,6 +69,7 @@ class Tally:
     stale: list[tuple[Hit, StaleLease]] = attrs.field(factory=list)
     out_of_pages: int = 0
     rejected: int = 0
+    plans: int = 0
 
 
 def prompts(layout: Layout) -> list[np.ndarray]:
@@ -109,38 +117,58 @@ def prefill_and_decode(m: CacheManager, rid: int, rng: np.random.Generator, know
     while computed < known:
         n = min(known - computed, int(rng.choice([1, bt, 4 * bt, known])))
         try:
-            m.allocate(rid, n)
+            alloc = m.allocate(rid, n)
         except OutOfPages:
             tally.out_of_pages += 1
             return
+        if alloc.plan is not None:  # the worker is its own executor
+            m.verify(alloc.plan)
+            time.sleep(0)  # the evictor and the other workers run while the copies are in flight
+            m.complete(alloc.plan.plan_id, Completion())
+            tally.plans += 1
         m.commit(rid, n)
         computed += n
         assert m.request_tokens(rid) == (computed, computed, known)
 
 
+def stale_problem(hit: Hit, err: StaleLease) -> str | None:
+    """What is wrong with `err` as the refusal of `hit`: it must name a block, the resume point or a page of
+    the hit, the version the hit recorded for it, and a version or state that moved (None: nothing wrong)."""
+    if err.request_id != hit.request_id:
+        return f"{err}: not about request {hit.request_id}"
+    if err.pool == "block":
+        where = np.flatnonzero(hit.block_ids == err.page)
+        recorded, state = (int(hit.block_versions[where[0]]) if where.size else None), "INDEXED"
+    elif err.pool == "resume_point":
+        recorded, state = (hit.point_version if err.page == hit.point != -1 else None), "KEPT"
+    else:
+        where = np.flatnonzero(hit.pages.get(err.pool, np.zeros(0, np.int32)) == err.page)
+        recorded, state = (int(hit.versions[err.pool][where[0]]) if where.size else None), "PUBLISHED"
+    if recorded is None:
+        return f"{err}: not a {err.pool} entry of request {hit.request_id}'s hit"
+    if err.expected_version != recorded or err.expected_state != state:
+        return f"{err}: the hit recorded version {recorded} and needs {state}"
+    if err.found_version == err.expected_version and err.found_state == err.expected_state:
+        return f"{err}: neither the version nor the state moved"
+    return None
+
+
 def stale_problems(tallies: list[Tally]) -> list[str]:
-    """Every StaleLease names a page of the hit, the version the hit recorded, and a version that moved."""
-    out = []
-    for hit, err in (pair for t in tallies for pair in t.stale):
-        pages = hit.pages.get(err.pool, np.zeros(0, np.int32))
-        where = np.flatnonzero(pages == err.page)
-        if err.request_id != hit.request_id or not where.size:
-            out.append(f"{err}: not a page of request {hit.request_id}'s hit")
-        elif err.expected_version != int(hit.versions[err.pool][where[0]]):
-            out.append(f"{err}: the hit recorded version {hit.versions[err.pool][where[0]]}")
-        elif err.found_version == err.expected_version and err.found_state == err.expected_state:
-            out.append(f"{err}: neither the version nor the state moved")
-    return out
+    return [p for t in tallies for hit, err in t.stale if (p := stale_problem(hit, err)) is not None]
 
 
 def leaks(m: CacheManager) -> list[str]:
+    """Pages in use that the index does not hold, pins, copy pins or owners left (every request released)."""
     out = []
-    for info, pool in zip(m.core.infos, m.core.pools, strict=True):
-        held = int(np.count_nonzero(pool.holders))
-        if len(pool.free) + held != info.pages - 1:
-            out.append(f"{info.name}: {len(pool.free)} free + {held} indexed != {info.pages - 1} pages")
-        if np.any(pool.leases) or np.any(pool.copies) or np.any(pool.owner >= 0):
-            out.append(f"{info.name}: pages still pinned or owned")
+    for binding in m.bindings():
+        name, view = binding.name, m.pages(binding.name)
+        used = np.array([s != "FREE" for s in view.states])
+        used[0] = False  # the NULL page
+        held = int(np.count_nonzero(view.holders[used] > 0))
+        if m.free_pages(name) + held != binding.pages - 1:
+            out.append(f"{name}: {m.free_pages(name)} free + {held} indexed != {binding.pages - 1} pages")
+        if np.any(view.leases) or np.any(view.copies) or any(o is not None for o in view.owners):
+            out.append(f"{name}: pages still pinned or owned")
     return out
 
 
@@ -173,15 +201,16 @@ def stress(m: CacheManager, seed: int) -> list[Tally]:
     return tallies
 
 
-def break_release(m: CacheManager) -> None:
-    """A deliberately broken manager: release forgets the request but keeps its pins and pages."""
-    core = m.core
+def break_release() -> None:
+    """A deliberately broken manager (in this forked child only): release forgets the request's lease list
+    before unpinning, so its pins stay on the pages."""
+    original = release_module.release
 
-    def release(rid: int) -> None:
-        with m._lock:
-            del core.requests[rid]
+    def release(core: Core, req: RequestState) -> None:
+        req.pins.clear()
+        original(core, req)
 
-    m.release = release  # type: ignore[method-assign]
+    release_module.release = release
 
 
 def child(conn: Connection, layout_name: str, seed: int, broken: bool = False) -> None:
@@ -191,17 +220,23 @@ def child(conn: Connection, layout_name: str, seed: int, broken: bool = False) -
         block_tokens, config = SETUPS[layout_name]
         m = CacheManager(Layout.from_preset(layout_name, block_tokens=block_tokens), config)
         if broken:
-            break_release(m)
+            break_release()
         tallies = stress(m, seed)
-        problems = [f"requests left: {sorted(m.core.requests)}"] if m.core.requests else []
+        left = sorted(m.core.requests.by_rid)
+        problems = [f"requests left: {left}"] if left else []
         problems += check_invariants(m) + leaks(m) + stale_problems(tallies)
         if sum(t.served + t.rejected for t in tallies) != WORKERS * ITERATIONS:
             problems.append("some iterations neither served nor rejected a request")
         m.evict()
-        problems += [f"{i.name}: pages left after evicting everything" for i, p in
-                     zip(m.core.infos, m.core.pools, strict=True) if len(p.free) != i.pages - 1]
-        counts = {k: sum(getattr(t, k) for t in tallies) for k in ("served", "hits", "out_of_pages", "rejected")}
-        conn.send({"problems": problems, "stale": sum(len(t.stale) for t in tallies), **counts})
+        problems += [f"{b.name}: pages left after evicting everything" for b in m.bindings()
+                     if m.free_pages(b.name) != b.pages - 1]
+        if m.index_counts() != {"blocks": 0, "points": 0, "keys": 0}:
+            problems.append(f"entries left in the index after evicting everything: {m.index_counts()}")
+        counts = {k: sum(getattr(t, k) for t in tallies)
+                  for k in ("served", "hits", "out_of_pages", "rejected", "plans")}
+        stale = Counter(err.pool if err.pool in ("block", "resume_point") else "page"
+                        for t in tallies for _, err in t.stale)
+        conn.send({"problems": problems, "stale": dict(stale), **counts})
     except BaseException:
         conn.send({"problems": [traceback.format_exc()]})
     finally:
@@ -230,6 +265,7 @@ def test_threads_share_one_manager(layout_name: str, seed: int) -> None:
     result = run_isolated(layout_name, seed)
     assert result["problems"] == [], "\n".join(result["problems"][:10])
     assert result["hits"] > 0, "shared prefixes never hit"
+    assert result["plans"] > 0, "no copy plan was run (tail seeds follow every hit on these layouts)"
     print(f"{layout_name} seed {seed}: {result}")
 
 

@@ -1,9 +1,10 @@
 """BlockTable: the blocks of the prefix index, one row per indexed block.
 
 Per row: the block's 128-bit key, its parent block (NO_BLOCK for a root),
-how many INDEXED children it has, the resume point kept at its end (NO_POINT
-when none), and per prefix page pool the object covering it (NULL_OBJECT
-until that object is published).  Blocks form a forest of chains; a block is
+the resume point kept at its end (NO_POINT when none), and per prefix page
+pool the object covering it (NULL_OBJECT until that object is published).
+A block's children are the INDEXED blocks whose parent it is: the `drop`
+guard reads them from the parent column (drops are rare, in bulk).  Blocks form a forest of chains; a block is
 dropped only as a leaf that ends no live request's chain and has no point
 (the guards of `drop`), so a chain loses its tail before its head.
 """
@@ -28,12 +29,10 @@ class BlockTable(EntryTable):
     """Rows of kind `block`; `refs` holds one column per prefix page pool."""
 
     def __init__(self, table: KindTable, capacity: int, objects: PagePools, prefix_pools: list[PoolSlots]) -> None:
-        super().__init__(table, capacity, objects, [(pool, 1) for pool in prefix_pools])
+        super().__init__(table, capacity, objects, [(pool, 1) for pool in prefix_pools], version=np.uint16)
         self.key = np.zeros((capacity, 2), np.uint64)
         self.parent = np.full(capacity, NO_BLOCK, np.int32)
-        self.children = np.zeros(capacity, np.int32)
         self.point = np.full(capacity, NO_POINT, np.int32)
-        self.scratch = np.zeros(capacity, np.int32)
         self.s_indexed = table.state_id(State.INDEXED)
         self.tails: NDArray[np.int32] = np.zeros(0, np.int32)  # live chain tails, set by the caller of drop
 
@@ -52,10 +51,6 @@ class BlockTable(EntryTable):
         self.parent[rows[0]] = parent
         self.parent[rows[1:]] = rows[:-1]
         self.step(rows, Event.INDEX, refs=())  # fresh rows refer to nothing yet: their pages attach later
-        self.children[rows] = 1
-        self.children[rows[-1]] = 0
-        if parent != NO_BLOCK:
-            self.children[parent] += 1
         return rows
 
     def ancestors(self, last: int, count: int) -> NDArray[np.int32]:
@@ -89,20 +84,17 @@ class BlockTable(EntryTable):
 
     def drop(self, rows: Index) -> None:
         """Drop leaf blocks `rows`, children before parents (each a leaf once the earlier ones are gone)."""
-        parents = self.parent[rows]
         self.step(rows, Event.DROP)
-        linked = parents[parents != NO_BLOCK]
-        np.subtract.at(self.children, linked, 1)
         self.point[rows] = NO_POINT
         self.parent[rows] = NO_BLOCK
 
-    def in_set_children(self, rows: Index) -> NDArray[np.int32]:
-        """Per row: how many of `rows` are its children."""
-        parents = self.parent[rows]
-        linked = parents[parents != NO_BLOCK]
-        np.add.at(self.scratch, linked, 1)
-        found = self.scratch[rows].copy()
-        self.scratch[linked] = 0
+    def kept_children(self, rows: Index) -> NDArray[np.int32]:
+        """Per row: its INDEXED children that are not among `rows` (one pass over the parent column)."""
+        staying = self.state == self.s_indexed
+        staying[rows] = False
+        parents = self.parent[staying]
+        counts = np.bincount(parents[parents != NO_BLOCK], minlength=self.capacity)
+        found: NDArray[np.int32] = counts[rows].astype(np.int32)
         return found
 
 
@@ -121,8 +113,7 @@ class BlockView:
         return np.asarray(ok)
 
     def children(self) -> NDArray[np.int32]:
-        b = self.blocks
-        return np.asarray(b.children[self.rows] - b.in_set_children(self.rows))
+        return self.blocks.kept_children(self.rows)
 
     def chain_tail(self) -> NDArray[np.bool_]:
         return np.isin(self.rows, self.blocks.tails)

@@ -37,12 +37,13 @@ class EntryTable:
     """Rows, states, versions and object references of one index kind; subclasses add their columns."""
 
     def __init__(self, table: KindTable, capacity: int, objects: PagePools, refs: list[tuple[PoolSlots, int]],
-                 sole: frozenset[int] = frozenset()) -> None:
-        """`sole`: columns whose objects no two entries share (a resume point's own tail snapshot)."""
+                 sole: frozenset[int] = frozenset(), version: type[np.unsignedinteger[Any]] = np.uint32) -> None:
+        """`sole`: columns whose objects no two entries share (a resume point's own tail snapshot).
+        `version`: the stamp type (blocks use 16 bits: their identity is their 128-bit key)."""
         assert capacity >= 1
         self.table, self.capacity, self.store = table, capacity, objects
         self.state = np.full(capacity, table.initial, np.uint8)
-        self.version = np.arange(capacity, dtype=np.uint32)
+        self.version = (np.arange(capacity) % (np.iinfo(version).max + 1)).astype(version)
         self.clock = capacity
         self.free_rows = np.arange(capacity - 1, -1, -1, dtype=np.int32)
         self.free_count = capacity
@@ -163,7 +164,8 @@ def _free_row(table: EntryTable, rows: Index, refs: Iterable[int]) -> None:
 
 
 def _bump(table: EntryTable, rows: Index, refs: Iterable[int]) -> None:
-    table.version[rows] = np.arange(table.clock, table.clock + rows.size, dtype=np.uint64).astype(np.uint32)
+    wrap = np.iinfo(table.version.dtype).max + 1
+    table.version[rows] = (np.arange(table.clock, table.clock + rows.size) % wrap).astype(table.version.dtype)
     table.clock += rows.size
 
 

@@ -1,6 +1,6 @@
 """PointTable: the retained resume points of the prefix index, one row each.
 
-A resume point sits at the end of a block (`block`, boundary `tokens`) and
+A resume point sits at the end of a block (`block`) and
 refers to the objects a hit there reads besides the prefix pages: for each
 window page pool the window pages of the blocks overlapping [P - W + 1, P)
 (right-aligned in a row of `width` objects, NULL_OBJECT-padded on the left),
@@ -31,7 +31,6 @@ class PointTable(EntryTable):
                          sole=frozenset(c for c, (_, width) in enumerate(pools) if width == 1))
         self.blocks = blocks
         self.block = np.full(capacity, -1, np.int32)
-        self.tokens = np.zeros(capacity, np.int64)
 
     def view(self, rows: Index) -> PointView:
         return PointView(self, rows)
@@ -41,13 +40,12 @@ class PointTable(EntryTable):
         found: NDArray[np.int32] = self.refs[col][1][rows]
         return found
 
-    def keep(self, blocks: NDArray[np.integer], tokens: NDArray[np.integer], objects: list[NDArray[np.int32]],
+    def keep(self, blocks: NDArray[np.integer], objects: list[NDArray[np.int32]],
              holds: dict[int, tuple[Index, Index]] | None = None) -> Index:
         """Keep a point at the end of each of `blocks`, referring to `objects` (one matrix per column);
         `holds`: per column, the distinct objects and how often the points list each, when known."""
         rows = self.peek_rows(len(blocks))
         self.block[rows] = blocks
-        self.tokens[rows] = tokens
         for (_, column), objs in zip(self.refs, objects, strict=True):
             column[rows] = objs
         self.pending.update(holds or {})

@@ -22,7 +22,7 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from hkv_core.manager.limits import MAX_QUEUE_CHUNK_ENTRIES, QUEUE_CHUNK_ENTRIES, QUEUE_ENTRIES_PER_BLOCK
+from hkv_core.manager.limits import MAX_QUEUE_CHUNK_ENTRIES, QUEUE_CHUNK_ENTRIES, queue_entries
 
 Blocks = NDArray[np.int32]
 
@@ -54,7 +54,7 @@ class LruPolicy:
     children_first = True
 
     def __init__(self, block_rows: int) -> None:
-        self.queue = np.zeros(QUEUE_ENTRIES_PER_BLOCK * block_rows, np.int32)
+        self.queue = np.zeros(queue_entries(block_rows), np.int32)
         self.pos = np.full(block_rows, -1, np.int32)
         self.head = 0  # entries before the head are all stale
         self.length = 0
@@ -64,8 +64,9 @@ class LruPolicy:
         if not count:
             return
         if self.length + count > len(self.queue):
+            self.pos[chain] = -1  # re-entered below: their old entries go with the compaction
             self._compact()
-        assert self.length + count <= len(self.queue), "the queue holds two entries per block row"
+        assert self.length + count <= len(self.queue), "one entry per live block fits, with the chain's"
         where = np.arange(self.length, self.length + count, dtype=np.int32)
         deepest_first = chain[::-1]
         self.queue[where] = deepest_first
