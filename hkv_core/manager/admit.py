@@ -12,12 +12,7 @@ from hkv_core.manager.requests import RequestState
 
 
 def as_token_array(tokens: ArrayLike) -> np.ndarray:
-    """`tokens` as an array: a list of ints converts in one C loop (np.fromiter); anything else as NumPy does."""
-    if isinstance(tokens, list):
-        try:
-            return np.fromiter(tokens, np.int64, len(tokens))
-        except (TypeError, ValueError, OverflowError):
-            pass  # not all plain ints: the array below says what is wrong (InvalidTokens)
+    """`tokens` as an array, its dtype inferred (a list of floats stays float and is refused later, never truncated)."""
     return np.asarray(tokens)
 
 
@@ -29,7 +24,7 @@ def add_request(core: Core, tokens: ArrayLike, extra: ExtraKeys) -> int:
     array = as_token_array(tokens)
     _check_length(core, array.shape[0] if array.ndim else 1)
     keys = core.hasher.hash_blocks(array, extra)  # validates the token array first (InvalidTokens)
-    owned = array.astype(np.int64, copy=not isinstance(tokens, list))  # a list's array is already ours
+    owned = array.astype(np.int64, copy=not isinstance(tokens, list))  # a list's new array is already ours
     req = core.requests.admit(RequestState, tokens=owned, keys=keys, extra=extra,
                               prompt_tokens=len(array), lanes=len(core.pools))
     return req.rid

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -43,7 +43,7 @@ def _in(o: PagePools, states: frozenset[str] | tuple[str, ...]) -> NDArray[np.bo
     return mask
 
 
-def _name(o: PagePools, obj: int) -> str:
+def _name(o: PagePools, obj: int | np.integer[Any]) -> str:
     return f"{o.pools[int(o.pool[obj])].name} object {obj}"
 
 
@@ -173,7 +173,6 @@ def no_slot_leak(core: Core) -> list[str]:
     if np.any(resident[1:] != (o.slot[1:] != NULL_OBJECT)):
         out.append("an object holds a page exactly when it is device-resident - broken")
     stranded = ~absent & (o.holders == 0) & (o.leases == 0) & (o.copies == 0) & (o.owner < 0)
-    stranded &= ~_in(o, (State.RETIRED,))
     stranded[NULL_OBJECT] = False
     return out + [f"{_name(o, b)} leaked in {o.state_name(b)}" for b in np.flatnonzero(stranded)]
 

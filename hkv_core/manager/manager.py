@@ -123,8 +123,8 @@ class CacheManager:
         """True when `allocate(rid, num_tokens)` would succeed without evicting."""
         req = self._request(rid, "can_allocate")
         count = self._count(req, "can_allocate", num_tokens, len(req.tokens) - req.allocated)
-        pages, blocks, points, _ = allocate.needs(self.core, req, req.allocated, req.allocated + count)
-        return allocate.fits(self.core, pages, blocks, points)
+        demands, blocks, points, _ = allocate.needs(self.core, req, req.allocated, req.allocated + count)
+        return allocate.fits(self.core, [d[0] for d in demands], blocks, points)
 
     @_locked
     def allocate(self, rid: int, num_tokens: int) -> Allocation:

@@ -28,6 +28,7 @@ a page whose object has since left it can never pass a check.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -150,7 +151,7 @@ class PagePools:
         found: NDArray[np.bool_] = mask[self.code[objs]]
         return found
 
-    def state_name(self, obj: int) -> str:
+    def state_name(self, obj: int | np.integer[Any]) -> str:
         return self.codes.describe(int(self.code[obj]))[1]
 
     def kind_name(self, obj: int) -> str:
@@ -251,6 +252,10 @@ class PagePools:
         for pool, (n, rows, fulls) in zip(self.pools, demands, strict=True):
             if n:
                 top = pool.free_object_count
+                if top < n:  # fewer FREE objects than pages wanted: the pages cannot be free either
+                    table = self.codes.tables[self.codes.kinds.index(pool.spec.kind)]
+                    raise IllegalTransition(kind=table.kind, state=table.states[table.initial],
+                                            event=Event.RESERVE.value, guard="slot_available")
                 parts[pool.index] = part = pool.free_objects[top - n:top][::-1].astype(np.intp)
                 taken.append((pool, n, part, rows, fulls))
         if not taken:

@@ -81,6 +81,11 @@ class Allocation:
       partial prefix page, seeding the working tail from the hit's
       snapshot), issued with a plan id; None when there is nothing to copy.
       Run it, then hand the completion to `CacheManager.complete`.
+
+    `block_tables` arrays are read-only *views* of the request's live page
+    table (handing them out costs O(new pages), not O(context)): a later
+    `commit` (a window slid, a page released) or `allocate` shows through.
+    Copy them (`np.array(a)`) to keep this moment's table.
     """
 
     request_id: int

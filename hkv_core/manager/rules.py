@@ -57,7 +57,10 @@ class Codes:
 
     @classmethod
     def of(cls, tables: dict[str, KindTable], kinds: tuple[str, ...]) -> Codes:
-        offsets, kind_of, state_of, initial = [], [], [], []
+        offsets: list[int] = []
+        kind_of: list[int] = []
+        state_of: list[int] = []
+        initial: list[bool] = []
         for k, name in enumerate(kinds):
             table = tables[name]
             offsets.append(len(kind_of))
@@ -93,11 +96,11 @@ class Codes:
                 if edge is not None:
                     code = self.offsets[k] + s
                     edges[code], dest[code] = edge, self.offsets[k] + edge.dest
-        present = [(c, e) for c, e in enumerate(edges) if e is not None]
+        present = [(c, edge) for c, edge in enumerate(edges) if edge is not None]
         assert present, f"no kind of these pools declares event {event}"
         groups: dict[tuple[tuple[str, ...], tuple[str, ...]], list[int]] = {}
-        for c, e in present:
-            groups.setdefault((e.guard_names, e.effects), []).append(c)
+        for c, edge in present:
+            groups.setdefault((edge.guard_names, edge.effects), []).append(c)
         variant = np.full(self.size, -1, np.int8)
         variants = []
         for v, codes in enumerate(groups.values()):

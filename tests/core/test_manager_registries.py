@@ -133,11 +133,12 @@ def test_deleting_the_retire_line_is_refused_already_by_the_loader(tmp_path: Pat
         load_lifecycle(mutated_spec(tmp_path, RETIRE_LINE, ""))
 
 
-@pytest.mark.xfail(reason="manager bug: index tables (block / resume_point) do not resolve the events they fire "
-                          "at construction; a spec lacking `attach` builds and fails with KeyError at commit",
-                   strict=True)
-def test_a_spec_lacking_an_index_event_is_refused_at_construction(tmp_path: Path) -> None:
-    spec = load_lifecycle(mutated_spec(tmp_path, '{ source = "INDEXED", event = "attach"',
-                                       '{ source = "INDEXED", event = "attach_more"'))
-    with pytest.raises(SpecError, match="attach"):
+@pytest.mark.parametrize(("kind", "line", "renamed"), [
+    ("block", '{ source = "INDEXED", event = "attach"', '{ source = "INDEXED", event = "attach_more"'),
+    ("resume_point", '{ source = "FREE", event = "keep"', '{ source = "FREE", event = "keep_more"')])
+def test_a_spec_lacking_an_index_event_is_refused_at_construction(
+        tmp_path: Path, kind: str, line: str, renamed: str) -> None:
+    spec = load_lifecycle(mutated_spec(tmp_path, line, renamed))
+    with pytest.raises(SpecError, match=renamed.split('"')[-2].removesuffix("_more")) as err:
         Core(Layout.from_preset("tiny_v4"), SMALL, spec=spec)
+    assert err.value.fields["table"] == f"kinds.{kind}"

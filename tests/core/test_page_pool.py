@@ -149,9 +149,6 @@ def test_guard_slot_available_reads_the_free_stacks() -> None:
     assert ObjectView(o, ids(p.base), 0).slot_available()
 
 
-@pytest.mark.xfail(reason="manager bug: PagePools.reserve slices free_objects[top - n:top] with top < n when a "
-                          "pool is short: it takes an empty part without IllegalTransition (one pool), or fails with "
-                          "ValueError after the reserve step already moved the other pools' objects", strict=True)
 @pytest.mark.parametrize("counts", [{WINDOW: 1}, {WINDOW: 1, PREFIX: 1}, {WINDOW: 2}])
 def test_reserve_without_a_free_page_is_refused_and_takes_nothing(counts: dict[int, int]) -> None:
     o = make()
@@ -391,8 +388,6 @@ def test_the_check_catches_groups_applied_as_they_pass(guarded_copy_done: Lifecy
     assert refused_second_group(guarded_copy_done) == (True, True)
 
 
-@pytest.mark.xfail(reason="manager invariant gap: no_slot_leak exempts every RETIRED object, so a retired object "
-                          "no lease or copy pins any more (a missed reclaim) holds its page unnoticed", strict=True)
 def test_invariants_catch_a_retired_object_left_unreclaimed() -> None:
     from hkv_core.layout import Layout
     from hkv_core.manager import CacheManager, check_invariants

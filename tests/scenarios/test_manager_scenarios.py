@@ -1008,8 +1008,6 @@ def test_j_invalid_tokens_change_nothing() -> None:
     assert check_invariants(m) == []
 
 
-@pytest.mark.xfail(reason="manager bug: admit.as_token_array converts a list of floats with np.fromiter(..., "
-                          "np.int64), which truncates 0.5 to 0 instead of raising InvalidTokens", strict=True)
 def test_j_a_list_of_floats_is_invalid_tokens() -> None:
     m = CacheManager(tiny(), ManagerConfig(default_pool_pages=16, seed=1))
     before = m.snapshot()
@@ -1017,6 +1015,12 @@ def test_j_a_list_of_floats_is_invalid_tokens() -> None:
         m.add_request([0.5, 2.0])
     assert "dtype" in err.value.reason
     assert m.snapshot() == before
+    rid = m.add_request([1, 2, 3])
+    before = m.snapshot()
+    with pytest.raises(InvalidTokens) as err:
+        m.append_tokens(rid, [4.0])
+    assert "dtype" in err.value.reason
+    assert m.snapshot() == before and m.request_tokens(rid)[2] == 3
 
 
 def test_j_unknown_request_after_release() -> None:
@@ -1093,3 +1097,26 @@ SCENARIOS: tuple[Callable[[], Outcome], ...] = (
     scenario_misaligned_page, scenario_partial_block, scenario_compressed_missing, scenario_indexer_missing,
     scenario_tail_missing, scenario_eviction_order, scenario_shared_window_pages, scenario_prompt_end_inside_a_page,
     scenario_lcm_points_only, scenario_swa_full_match_agrees_with_acquire)
+
+
+@pytest.mark.parametrize("layout", [tiny, flash16, llama])
+def test_can_allocate_says_exactly_whether_allocate_fits_without_evicting(layout: Callable[[], Layout]) -> None:
+    """can_allocate(rid, n) is True exactly when allocate(rid, n) succeeds on a clone without an eviction round."""
+    m = CacheManager(layout(), ManagerConfig(default_pool_pages=24, seed=3, evict_slack_shift=None))
+    for seed in range(3):
+        compute(m, tokens_of(150, seed))
+    rid = m.add_request(tokens_of(400, 9))
+    m.acquire(rid, m.match(rid))
+    before, answers = m.snapshot(), set()
+    for count in range(1, 400 - m.request_tokens(rid)[0], 7):
+        can = m.can_allocate(rid, count)
+        twin = m.clone()
+        try:
+            twin.allocate(rid, count)
+            fitted = twin.stats["evictions"] == m.stats["evictions"]
+        except OutOfPages:
+            fitted = False
+        assert can == fitted, (count, can)
+        answers.add(can)
+    assert answers == {True, False}, "the sweep crosses the point where eviction starts"
+    assert m.snapshot() == before, "can_allocate changes nothing"

@@ -28,6 +28,8 @@ Attach = tuple[int, Index, NDArray[np.integer], Index, Index]  # (column, blocks
 class BlockTable(EntryTable):
     """Rows of kind `block`; `refs` holds one column per prefix page pool."""
 
+    FIRES = (Event.INDEX, Event.ATTACH, Event.DROP)
+
     def __init__(self, table: KindTable, capacity: int, objects: PagePools, prefix_pools: list[PoolSlots]) -> None:
         super().__init__(table, capacity, objects, [(pool, 1) for pool in prefix_pools], version=np.uint16)
         self.key = np.zeros((capacity, 2), np.uint64)

@@ -36,6 +36,8 @@ EMPTY = np.zeros(0, np.intp)
 class EntryTable:
     """Rows, states, versions and object references of one index kind; subclasses add their columns."""
 
+    FIRES: tuple[Event, ...] = ()  # the events this table fires on its rows (resolved at construction)
+
     def __init__(self, table: KindTable, capacity: int, objects: PagePools, refs: list[tuple[PoolSlots, int]],
                  sole: frozenset[int] = frozenset(), version: type[np.unsignedinteger[Any]] = np.uint32) -> None:
         """`sole`: columns whose objects no two entries share (a resume point's own tail snapshot).
@@ -53,7 +55,7 @@ class EntryTable:
         self.pending: dict[int, tuple[Index, Index]] = {}  # column -> (objects, counts) the next hold takes
         self.sole = sole
         self.s_free = table.initial
-        self.events = {e: table.event_index[e] for e in Event if e in table.event_index}
+        self.events = {e: table.event_id(e) for e in self.FIRES}  # SpecError now, not at the first commit
 
     @property
     def live(self) -> int:
@@ -143,8 +145,8 @@ class EntryTable:
 
 def _counted(objs: NDArray[np.int32]) -> tuple[Index, Index]:
     """Distinct non-NULL objects of `objs` and how often each occurs (a sort, no np.unique wrapper)."""
-    flat = objs.ravel()
-    flat = np.sort(flat[flat != NULL_OBJECT]).astype(np.intp)
+    every = objs.ravel()
+    flat: Index = np.sort(every[every != NULL_OBJECT]).astype(np.intp)
     step = flat[1:] != flat[:-1]
     if all_true(step):  # all distinct (the usual case)
         return flat, np.ones(flat.size, np.intp)

@@ -25,6 +25,8 @@ Index = NDArray[np.intp]
 class PointTable(EntryTable):
     """Rows of kind `resume_point`; `refs` holds one column per window or tail page pool."""
 
+    FIRES = (Event.KEEP, Event.DROP)
+
     def __init__(self, table: KindTable, capacity: int, objects: PagePools, pools: list[tuple[PoolSlots, int]],
                  blocks: BlockTable) -> None:
         super().__init__(table, capacity, objects, pools,

@@ -16,6 +16,7 @@ role and pool (one lifecycle step per event, whatever the number of pools).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 import numpy as np
@@ -203,5 +204,6 @@ def slots_of(pages: NDArray[np.int32], per_page: int, first: int, end: int) -> N
     return found
 
 
-def nonnull(objs: NDArray[np.integer]) -> NDArray[np.integer]:
-    return objs[objs != NULL_OBJECT]
+def nonnull(objs: NDArray[np.integer[Any]]) -> NDArray[np.integer[Any]]:
+    kept: NDArray[np.integer[Any]] = objs[objs != NULL_OBJECT]
+    return kept

@@ -20,13 +20,13 @@ from hkv_core.manager.page_pools import NULL_OBJECT, PoolSlots
 from hkv_core.manager.requests import RequestState, Table
 from hkv_core.manager.roles.base import (
     MISSING_CODE,
+    NO_DEMAND,
     Bools,
     Builder,
     Condition,
     Demand,
     Index,
     Moves,
-    NO_DEMAND,
     Role,
     Shared,
     slots_of,
