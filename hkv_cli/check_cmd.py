@@ -32,7 +32,9 @@ from hkv_core.spec import load_lifecycle
               help="Events explored beyond each seed world.")
 @click.option("--impl-depth", default=ImplCheckConfig().max_depth, show_default=True, type=click.IntRange(0),
               help=f"API calls explored on the real CacheManager ({ImplCheckConfig().layout}, "
-                   f"{ImplCheckConfig().pool_pages} pages a pool; 0 skips the implementation check).")
+                   f"{ImplCheckConfig().block_tokens}-token blocks, {ImplCheckConfig().pool_pages} pages a pool, "
+                   f"{ImplCheckConfig().max_requests} requests, from an index holding one computed prompt; "
+                   "0 skips the implementation check).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def check_command(spec_path: str | None, prefixes: int, seeded_prefixes: int, requests: int, device_slots: int,
                   max_depth: int, impl_depth: int, as_json: bool) -> None:
@@ -73,7 +75,9 @@ def impl_dict(result: ImplCheckResult, config: ImplCheckConfig) -> dict[str, Any
     return {"states_explored": result.states_explored, "calls_explored": result.calls_explored,
             "failed_calls_unchanged": result.failed_calls, "invariants_checked": result.invariants_checked,
             "violations": [{"invariant": name, "trace": list(trace)} for name, trace in result.violations],
-            "seconds": round(result.seconds, 3), "bound": _plain(attrs.asdict(config))}
+            "seconds": round(result.seconds, 3), "bound": _plain(attrs.asdict(config)),
+            "transitions_taken": list(result.transitions_taken),
+            "transitions_missed": list(result.transitions_missed)}
 
 
 def _plain(value: Any) -> Any:
@@ -92,9 +96,13 @@ def _print_impl(result: ImplCheckResult, config: ImplCheckConfig) -> None:
     for name, value in [("states explored", result.states_explored), ("calls explored", result.calls_explored),
                         ("failed calls (state unchanged)", result.failed_calls),
                         ("invariant evaluations", result.invariants_checked),
-                        ("violations", len(result.violations)), ("seconds", f"{result.seconds:.1f}")]:
+                        ("violations", len(result.violations)), ("seconds", f"{result.seconds:.1f}"),
+                        ("lifecycle steps taken", len(result.transitions_taken))]:
         table.add_row(name, f"{value:,}" if isinstance(value, int) else str(value))
     out.print(table)
+    if result.transitions_missed:
+        out.print("steps the manager can take on this layout that no explored call took: "
+                  + ", ".join(result.transitions_missed))
     for name, trace in result.violations:
         out.print(f"[red]VIOLATION {name}[/red]")
         for step, label in enumerate(trace, 1):

@@ -2,8 +2,12 @@
 
 Breadth-first over sequences of public API calls (add a request for one of a
 few prompts sharing a prefix, match + acquire, acquire a hit that went stale,
-allocate a chunk, complete its copy plan, commit, release, evict) up to
-`max_depth` calls, on a tiny layout with small pools.  Each call runs on a
+allocate a chunk or the rest of the prompt, complete its copy plan (or report
+it failed), commit, release, evict) up to `max_depth` calls, on a tiny layout
+with small pools, starting from a manager whose index already holds the
+`seeded` prompts (computed and released), so that paths that need a populated
+index - a request re-recording a kept point and losing it to eviction (window
+pages retire, then are reclaimed) - lie within a few calls.  Each call runs on a
 clone of the manager; states are deduplicated by the manager's snapshot.  In
 every state every spec invariant is evaluated on the live structures
 (`check_invariants`); a call that raises an HkvError must leave the snapshot
@@ -23,6 +27,7 @@ import numpy as np
 from hkv_core.errors import HkvError
 from hkv_core.layout import Layout
 from hkv_core.manager import CacheManager, ManagerConfig, check_invariants
+from hkv_core.manager.roles import events_fired
 from hkv_core.plan import Completion
 
 Action = Callable[[CacheManager], None]
@@ -32,11 +37,14 @@ PROGRESS_EVERY_STATES = 500
 @attrs.frozen(kw_only=True)
 class ImplCheckConfig:
     layout: str = "tiny_csa"
+    block_tokens: int | None = 4  # None: the preset's; 4 packs two indexer entries a page (partial pages seal)
     pool_pages: int = 6
     max_requests: int = 2
-    max_depth: int = 7
+    max_depth: int = 6
     retain_every_blocks: int = 1
-    chunk_tokens: tuple[int, ...] = (8, 16)
+    chunk_tokens: tuple[int, ...] = (4, 8)
+    seeded: tuple[int, ...] = (0,)  # prompts computed and released before the search starts
+    stop_on_violation: bool = False  # end the search at the first violation (broken-variant tests)
 
 
 @attrs.frozen(kw_only=True)
@@ -47,13 +55,24 @@ class ImplCheckResult:
     failed_calls: int
     violations: tuple[tuple[str, tuple[str, ...]], ...]
     seconds: float
+    transitions_taken: tuple[str, ...] = ()  # "kind.event" steps some explored call took
+    transitions_missed: tuple[str, ...] = ()  # steps the manager can take on this layout that none did
+
+
+def fired_transitions(m: CacheManager) -> set[tuple[str, str]]:
+    """(kind, event) of every step the manager can take on its layout: page pools' events and the index's."""
+    lanes = tuple(pool.spec for pool in m.core.pools)
+    pages = {(lane.kind, e.value) for lane in lanes for e in events_fired(lanes)[lane.index]}
+    index = {(table.table.kind, e.value) for table in (m.core.index.blocks, m.core.index.points) for e in table.FIRES}
+    return pages | index
 
 
 def prompts(block_tokens: int) -> tuple[np.ndarray, ...]:
-    """Three prompts: two share two blocks, one shares nothing."""
+    """Three prompts: two share two blocks, one shares nothing; the odd lengths end inside a page after a
+    completed compressed entry (so releasing their writers seals a partial page)."""
     base = np.arange(1, 2 * block_tokens + 1) % 60
-    return (np.concatenate([base, [5, 6, 7]]), np.concatenate([base, base[:block_tokens] + 1]),
-            (np.arange(block_tokens + 3) * 7 + 3) % 60)
+    return (np.concatenate([base, [5, 6, 7, 8, 9]]), np.concatenate([base, base[:block_tokens] + 1]),
+            (np.arange(block_tokens + 5) * 7 + 3) % 60)
 
 
 def state_key(m: CacheManager) -> tuple[object, ...]:
@@ -69,7 +88,8 @@ def actions(config: ImplCheckConfig, m: CacheManager) -> Iterator[tuple[str, Act
     for req in core.requests.live():
         yield from _request_actions(config, req.rid, req.acquired, req.allocated, req.computed, len(req.tokens))
     for plan_id in sorted(core.plans):
-        yield f"complete(plan{plan_id})", functools.partial(_complete, plan_id=plan_id)
+        yield f"complete(plan{plan_id})", functools.partial(_complete, plan_id=plan_id, ok=True)
+        yield f"complete(plan{plan_id}, failed)", functools.partial(_complete, plan_id=plan_id, ok=False)
     yield "evict(1)", lambda m: _evict(m, 1)
     yield "evict(all)", lambda m: _evict(m, None)
 
@@ -82,6 +102,8 @@ def _request_actions(config: ImplCheckConfig, rid: int, acquired: bool, allocate
     for chunk in config.chunk_tokens:
         if allocated + chunk <= known:
             yield f"allocate(r{rid}, {chunk})", functools.partial(_allocate, rid=rid, n=chunk)
+    if 0 < known - allocated < max(config.chunk_tokens) and known - allocated not in config.chunk_tokens:
+        yield f"allocate(r{rid}, {known - allocated})", functools.partial(_allocate, rid=rid, n=known - allocated)
     if allocated > computed:
         yield f"commit(r{rid})", lambda m: m.commit(rid, allocated - computed)
     yield f"release(r{rid})", lambda m: m.release(rid)
@@ -95,8 +117,8 @@ def _allocate(m: CacheManager, rid: int, n: int) -> None:
     m.allocate(rid, n)
 
 
-def _complete(m: CacheManager, plan_id: int) -> None:
-    m.complete(plan_id, Completion())
+def _complete(m: CacheManager, plan_id: int, ok: bool) -> None:
+    m.complete(plan_id, Completion() if ok else Completion(ok=False, error="checker: copy failed"))
 
 
 class ChangedOnFailure(Exception):
@@ -119,16 +141,34 @@ def _evict(m: CacheManager, units: int | None) -> None:
     m.evict(units)
 
 
+def seeded_manager(config: ImplCheckConfig) -> CacheManager:
+    """The search's start: a manager whose index holds the seeded prompts (each computed whole, then released)."""
+    m = CacheManager(Layout.from_preset(config.layout, block_tokens=config.block_tokens),
+                     ManagerConfig(default_pool_pages=config.pool_pages, max_requests=config.max_requests,
+                                   retain_every_blocks=config.retain_every_blocks, seed=7))
+    every = prompts(m.core.block_tokens)
+    for i in config.seeded:
+        rid = m.add_request(every[i])
+        m.acquire(rid, m.match(rid))
+        allocation = m.allocate(rid, len(every[i]) - m.request_tokens(rid)[0])
+        if allocation.plan is not None:
+            m.complete(allocation.plan.plan_id, Completion())
+        m.commit(rid, allocation.num_tokens)
+        m.release(rid)
+    return m
+
+
 def check_implementation(config: ImplCheckConfig | None = None,
                          progress: Callable[[int], None] | None = None) -> ImplCheckResult:
     """Explore every API call sequence up to the bound; check every invariant in every state."""
     config = config or ImplCheckConfig()
     started = time.perf_counter()
-    start = CacheManager(Layout.from_preset(config.layout),
-                         ManagerConfig(default_pool_pages=config.pool_pages, max_requests=config.max_requests,
-                                       retain_every_blocks=config.retain_every_blocks, seed=7))
+    start = seeded_manager(config)
+    taken: set[tuple[str, str]] = set()  # shared by every clone: the steps any explored call took
+    start.core.objects.seen = taken
     seen = {state_key(start)}
-    queue: deque[tuple[CacheManager, tuple[str, ...]]] = deque([(start, ())])
+    seeding = tuple(f"seed(prompt{i}: add, match+acquire, allocate, commit, release)" for i in config.seeded)
+    queue: deque[tuple[CacheManager, tuple[str, ...]]] = deque([(start, seeding)])
     calls = failed = checked = 0
     violations: dict[str, tuple[str, ...]] = {}
     while queue:
@@ -136,7 +176,7 @@ def check_implementation(config: ImplCheckConfig | None = None,
         for message in check_invariants(m):
             violations.setdefault(message.split(":")[0], trace + (message,))
         checked += 1
-        if len(trace) >= config.max_depth:
+        if len(trace) - len(seeding) >= config.max_depth or (violations and config.stop_on_violation):
             continue
         for label, action in list(actions(config, m)):
             calls += 1
@@ -157,6 +197,9 @@ def check_implementation(config: ImplCheckConfig | None = None,
                 queue.append((twin, trace + (label,)))
                 if progress is not None and len(seen) % PROGRESS_EVERY_STATES == 0:
                     progress(len(seen))
+    possible = fired_transitions(start)
     return ImplCheckResult(states_explored=len(seen), calls_explored=calls,
                            invariants_checked=checked * len(start.core.spec.invariants), failed_calls=failed,
-                           violations=tuple(violations.items()), seconds=time.perf_counter() - started)
+                           violations=tuple(violations.items()), seconds=time.perf_counter() - started,
+                           transitions_taken=tuple(sorted(f"{k}.{e}" for k, e in taken)),
+                           transitions_missed=tuple(sorted(f"{k}.{e}" for k, e in possible - taken)))

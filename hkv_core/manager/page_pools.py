@@ -49,8 +49,8 @@ NO_OWNER = -1
 Index = NDArray[np.intp]
 EMPTY = np.zeros(0, np.intp)
 DISK_DURABLE = 2  # record states: 0 absent (no disk tier writes records yet)
-FIRED = (Event.RESERVE, Event.FILL, Event.COPY_DONE, Event.COPY_FAIL, Event.ABORT, Event.PUBLISH,
-         Event.PUBLISH_PINNED, Event.PIN, Event.UNPIN, Event.HOLD, Event.UNHOLD, Event.EVICT)  # on every pool
+FIRED = (Event.RESERVE, Event.ABORT, Event.PIN, Event.UNPIN, Event.HOLD, Event.UNHOLD, Event.EVICT)  # on every pool
+# (each role adds its own: Role.FIRES)
 
 
 class PoolSlots:
@@ -133,9 +133,11 @@ class PagePools:
         self.stamp_clock = 0
         self.vdrop = np.zeros(n, np.int32)  # scratch of the eviction planner: references it would drop
         self.generation = 0  # moves on every change of a code, a version or the index (hits matched before are checked)
+        self.seen: set[tuple[str, str]] | None = None  # (kind, event) of every step taken, when a checker observes
         for lane in lanes:
             for event in fired[lane.index]:
                 tables[lane.kind].event_id(event)  # SpecError now when the spec lacks an event fired on it
+        self.masks: dict[frozenset[str], NDArray[np.bool_]] = {}  # codes_in's answers
         self.rules = {e: self.codes.rule(e) for e in {e for events in fired.values() for e in events}}
         self.published = self.codes_in(State.PUBLISHED)
         self.retired = self.codes_in(State.RETIRED)
@@ -143,8 +145,14 @@ class PagePools:
         self.ready = self.codes_in(State.READY)
 
     def codes_in(self, *states: str) -> NDArray[np.bool_]:
-        """Per code: is its state one of `states`."""
-        return np.array([self.codes.describe(c)[1] in states for c in range(self.codes.size)], np.bool_)
+        """Per code: is its state one of `states` (read-only; computed once per set of states)."""
+        key = frozenset(states)
+        mask = self.masks.get(key)
+        if mask is None:
+            mask = np.array([self.codes.describe(c)[1] in key for c in range(self.codes.size)], np.bool_)
+            mask.flags.writeable = False
+            self.masks[key] = mask
+        return mask
 
     def in_state(self, objs: NDArray[np.integer], mask: NDArray[np.bool_]) -> NDArray[np.bool_]:
         """Per object: is its code in `mask` (from `codes_in`)."""
@@ -177,6 +185,8 @@ class PagePools:
             kinds = rule.variant[codes]
             if any_true(kinds != kinds[0]):
                 self._step_groups(objs, codes, rule, actor, counts)
+                if self.seen is not None:
+                    self.note(codes, event)
                 return
             variant = rule.variants[int(kinds[0])]
         if variant.guards:
@@ -190,6 +200,14 @@ class PagePools:
             self.code[objs] = dest
             if variant.to_initial:
                 self._free_ids(objs)
+        if self.seen is not None:
+            self.note(codes, event)
+
+    def note(self, codes: NDArray[np.uint8], event: Event) -> None:
+        """Record (kind, event) for the kinds of `codes` in `seen` (coverage of a model check)."""
+        assert self.seen is not None
+        for k in np.unique(self.codes.kind_of[codes]).tolist():
+            self.seen.add((self.codes.kinds[k], event.value))
 
     def _step_groups(self, objs: Index, codes: NDArray[np.uint8], rule: EventRule, actor: int,
                      counts: Index | None) -> None:

@@ -84,6 +84,8 @@ class EntryTable:
         for name in edge.effects:
             ENTRY_EFFECTS[name](self, rows, chosen)
         self.state[rows] = edge.dest
+        if self.store.seen is not None:
+            self.store.seen.add((self.table.kind, event.value))
 
     def peek_rows(self, count: int) -> Index:
         """The rows `take_row` will hand out next (lowest first)."""

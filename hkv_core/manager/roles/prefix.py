@@ -39,7 +39,7 @@ from hkv_core.spec.names import Event
 class PrefixRole(Role):
     """Prefix page pools, each a column of the block table."""
 
-    FIRES = (Event.SEAL,)
+    FIRES = (Event.FILL, Event.COPY_DONE, Event.COPY_FAIL, Event.SEAL, Event.PUBLISH, Event.PUBLISH_PINNED)
 
     def __init__(self, shared: Shared, pools: tuple[PoolSlots, ...], first_column: int) -> None:
         super().__init__(shared, pools, first_column)

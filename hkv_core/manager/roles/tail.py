@@ -34,6 +34,8 @@ from hkv_core.units import tail_rows
 class TailRole(Role):
     """Tail page pools, each a one-object column of the point table."""
 
+    FIRES = (Event.FILL, Event.COPY_DONE, Event.COPY_FAIL, Event.PUBLISH)
+
     def conditions(self, ids: NDArray[np.int32], lo: int) -> list[Condition]:
         kept = point_kept(self, ids, lo)
         return [("multi_group", MISSING_CODE[p.spec.kind], p.name, kept) for p in self.pools]
