@@ -6,7 +6,7 @@ prove that the implementations and these sets agree:
 
 - guards: `hkv_core.spec.guards.GUARDS` (pure predicates over a GuardView);
 - effects: the model checker's `hkv_core.checker.effects.EFFECTS` and the
-  manager's (`hkv_core.manager.pool_effects.EFFECTS`, `hkv_core.manager.index`);
+  manager's (`hkv_core.manager.object_effects.EFFECTS`, `hkv_core.manager.index`);
 - invariants: the model checker's `hkv_core.checker.invariants.INVARIANTS` and
   the live manager's `hkv_core.manager.invariants.INVARIANTS`.
 

@@ -1,11 +1,10 @@
 """An open-addressing hash table from 128-bit block keys to block ids, in NumPy.
 
-The table stores only block ids (int32: 4 bytes a slot, 8 bytes a block at the
-maximum load of 1/2).  The keys live in the block arena's `key` column, and a
-probe compares a slot by gathering `source.key[id]`.  So a block's key must be
-in its arena row before the block is inserted, and the block must be removed
-before its arena row is recycled.  The key column is read afresh on every
-call, because the arena reallocates it when it grows.
+The table stores only block ids (int32: 4 bytes a slot, about 6 bytes a block
+at the maximum load of 2/3).  The keys live in the block table's `key` column
+(index/blocks.py), and a probe compares a slot by gathering `source.key[id]`.
+So a block's key must be in its row before the block is inserted, and the
+block must be removed before its row is recycled.
 
 Linear probing from the home slot `lo & (capacity - 1)`, power-of-two
 capacity fixed at construction (hkv_core/manager/limits.py sizes it so the
@@ -13,15 +12,15 @@ block table's rows never fill it past 2/3).  Removal is backward-shift deletion 
 after the hole move back while each stays at or after its home slot, so probe
 chains stay as short as a fresh table's under any insert/evict churn, a lookup
 always stops at the first empty slot, and no same-capacity rehash is needed.
-Removals are scalar (a Python loop over the chain); `remove_ids` finds a block
-by its id along its key's chain, with no key comparisons.
+`remove_ids` finds each block by its id along its key's chain (no key
+comparisons); many removals at once run as one bulk pass (`_remove_bulk`).
 
 Lookups and inserts are vectorized over a whole prompt's keys: a round probes
 a window of slots per pending key with a few array operations laid out
 (window slots, keys), so each operation runs along the keys.  Large batches
 probe one slot a round (the window would multiply the gathered bytes); once
 at most `BULK_KEYS` keys are left a round reads `WINDOW_SLOTS` slots, which
-settles nearly every key at load 1/2.  In an insert round the keys that reach
+settles nearly every key at load 2/3.  In an insert round the keys that reach
 the same empty slot are told apart by a scatter into a scratch array (each
 writes its index at its slot; the one that reads its own index back wins).
 The last `SCALAR_KEYS` keys of a long chain finish in a plain Python loop, so

@@ -1,7 +1,7 @@
 """Eviction order of the prefix index: the EvictionPolicy interface and exact LRU.
 
 The index asks its policy for blocks in eviction order, a chunk at a time;
-the eviction planner (hkv_core/manager/evict_plan.py) takes units from the
+the eviction planner (hkv_core/manager/evict.py) takes units from the
 front.  A policy that keeps `children_first` promises that every block comes
 after all of its descendants, blocks of live chains aside (they are never
 dropped), so one pass in its order meets each block when it is already a
@@ -10,8 +10,9 @@ leaf if it ever will be.
 `LruPolicy`: an append-only queue of block ids; a block's entry is current
 while `pos[block]` points at it, older entries are stale and skipped (and
 dropped when the queue is compacted).  `touch(chain)` appends a chain's
-blocks deepest first, so children precede parents.  Capacity is fixed: two
-entries per block row (a compaction keeps at most one per live block).
+blocks deepest first, so children precede parents.  Capacity is fixed:
+`limits.queue_entries` (block rows + a quarter; a compaction keeps at most
+one entry per live block, chains kept whole).
 """
 
 from __future__ import annotations
