@@ -113,5 +113,4 @@ def acquire(core: Core, req: RequestState, hit: Hit) -> None:
     req.chain = IdList(hit.block_ids)
     for role in core.roles:
         role.seed(req, [objs[p.index] for p in role.pools])
-    core.index.touch(hit.block_ids)
     req.acquired = True

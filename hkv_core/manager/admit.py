@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import array
+
 import numpy as np
 from numpy.typing import ArrayLike
 
@@ -12,7 +14,13 @@ from hkv_core.manager.requests import RequestState
 
 
 def as_token_array(tokens: ArrayLike) -> np.ndarray:
-    """`tokens` as an array, its dtype inferred (a list of floats stays float and is refused later, never truncated)."""
+    """`tokens` as an array.  A list of ints converts in one C loop (`array('q')`, which refuses floats rather
+    than truncating them); anything else as NumPy infers it (a float list stays float: InvalidTokens later)."""
+    if isinstance(tokens, list):
+        try:
+            return np.frombuffer(array.array("q", tokens), np.int64)
+        except (TypeError, OverflowError):
+            pass  # not all ints: the inferred array below says what is wrong
     return np.asarray(tokens)
 
 

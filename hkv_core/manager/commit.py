@@ -74,8 +74,7 @@ def _index_blocks(core: Core, req: RequestState) -> None:
         parent = req.chain[-1] if req.chain else NO_BLOCK
         req.chain.extend(core.index.add_chain(keys[known:], parent))
     core.index.unreserve(known, 0)  # rows reserved for blocks found indexed go back
-    req.block_rows -= blocks - start
-    core.index.touch(req.chain[start:blocks])
+    req.block_rows -= blocks - start  # no LRU entry yet: a live chain is never evicted; release orders it
 
 
 def _plan_points(core: Core, req: RequestState, moves: Moves) -> tuple[np.ndarray, list[np.ndarray]] | None:

@@ -196,20 +196,25 @@ def _rows_accounted(core: Core) -> list[str]:
 
 
 def _lru_order(core: Core) -> list[str]:
-    """Every live block has a current eviction-order entry, after its children's (live chains aside)."""
+    """Every indexed block off the live chains has one current eviction-order entry, after its children's
+    (a live chain's blocks get theirs when its request releases; until then nothing evicts them)."""
     policy, blocks = core.index.policy, core.index.blocks
     order = getattr(policy, "order", None)
     if order is None:
         return []
     entries = order()
     live = _live(blocks.state, blocks.s_free)
-    if set(entries.tolist()) != set(live.tolist()) or len(entries) != len(live):
-        return ["the eviction order and the indexed blocks differ"]
-    place = np.full(blocks.capacity, -1, np.int64)
-    place[entries] = np.arange(len(entries))
     on_chain = np.zeros(blocks.capacity, np.bool_)
     for req in core.requests.live():
         on_chain[req.chain.view()] = True
+    listed = set(entries.tolist())
+    if len(listed) != len(entries) or not listed <= set(live.tolist()):
+        return ["the eviction order lists a block twice or a block not indexed"]
+    unlisted = [b for b in live.tolist() if b not in listed and not on_chain[b]]
+    if unlisted:
+        return [f"indexed block {unlisted[0]} off every live chain has no eviction-order entry"]
+    place = np.full(blocks.capacity, -1, np.int64)
+    place[entries] = np.arange(len(entries))
     child = live[blocks.parent[live] != NO_BLOCK]
     parent = blocks.parent[child]
     late = child[~on_chain[parent] & (place[child] > place[parent])]
