@@ -31,19 +31,19 @@ def verify(core: Core, req: RequestState, hit: Hit) -> list[Index]:
     """StaleLease unless the hit is what the index holds now; returns its objects per page pool.
 
     When nothing changed since match produced this very hit (the page pools'
-    generation is the same), its blocks, point and objects are match's, and
-    only the pages and versions the hit lists are compared with them.
+    generation is the same and it is the same frozen Hit object, whose page
+    mappings and arrays are read-only), its blocks, point, objects and pages
+    are match's own: nothing is left to compare.  Any other hit is checked
+    in full: blocks, point, and every page and version it lists.
     """
     memo = req.matched
-    if memo is not None and memo[1] is hit and memo[0] == core.objects.generation \
-            and np.array_equal(memo[2], hit.block_ids):
-        objs = memo[4]
-    else:
-        ids = hit.block_ids
-        _check_blocks(core, req, hit)
-        point = point_of(core, ids)
-        _check_point(core, req, hit, point)
-        objs = hit_objects(core, ids, point)
+    if memo is not None and memo[1] is hit and memo[0] == core.objects.generation:
+        return memo[4]
+    ids = hit.block_ids
+    _check_blocks(core, req, hit)
+    point = point_of(core, ids)
+    _check_point(core, req, hit, point)
+    objs = hit_objects(core, ids, point)
     o = core.objects
     for pool, got in zip(core.pools, objs, strict=True):
         slots, stamps, published = o.slot[got], o.version[got], o.published[o.code[got]]

@@ -149,7 +149,7 @@ def _listed(core: Core, req: RequestState) -> set[int]:
         objs = table.view()
         found.update(objs[(objs != NULL_OBJECT) & (o.owner[objs] == req.slot)].tolist())
     for snaps in req.snapshots.values():
-        found.update(int(b) for b in snaps if o.owner[b] == req.slot)
+        found.update(b for b in snaps if o.owner[b] == req.slot)
     return found
 
 

@@ -111,3 +111,8 @@ EFFECTS: Mapping[str, Effect] = MappingProxyType({
     "hold_references": _not_for_objects("hold_references"),
     "drop_references": _not_for_objects("drop_references"),
 })
+
+
+def runnable(names: tuple[str, ...]) -> tuple[Effect, ...]:
+    """The effects of `names` that change something here (content effects are no-ops: skipped)."""
+    return tuple(EFFECTS[name] for name in names if EFFECTS[name] is not _noop)

@@ -133,6 +133,7 @@ class PagePools:
         self.stamp_clock = 0
         self.vdrop = np.zeros(n, np.int32)  # scratch of the eviction planner: references it would drop
         self.generation = 0  # moves on every change of a code, a version or the index (hits matched before are checked)
+        self.runs: tuple[Index, list[tuple[PoolSlots, Index]]] | None = None  # reserve's objects, pool by pool
         self.seen: set[tuple[str, str]] | None = None  # (kind, event) of every step taken, when a checker observes
         for lane in lanes:
             for event in fired[lane.index]:
@@ -193,8 +194,8 @@ class PagePools:
             refused = first_refusing(variant.guards, variant.guard_names, ObjectView(self, objs, actor))
             if refused is not None:
                 raise self._illegal(objs, codes, rule, refused, actor)
-        for name in variant.effects:
-            object_effects.EFFECTS[name](self, objs, actor, counts)
+        for effect in variant.run:
+            effect(self, objs, actor, counts)
         if not variant.self_loop:
             self.generation += 1
             self.code[objs] = dest
@@ -279,7 +280,11 @@ class PagePools:
         if not taken:
             return parts
         objs = np.concatenate([t[2] for t in taken]) if len(taken) > 1 else taken[0][2]
-        self.step(objs, Event.RESERVE, actor)
+        self.runs = (objs, [(t[0], t[2]) for t in taken])  # take_slots needs no split by pool
+        try:
+            self.step(objs, Event.RESERVE, actor)
+        finally:
+            self.runs = None
         for pool, n, _, _, _ in taken:
             pool.free_object_count -= n
         if len(taken) > 1:
@@ -291,7 +296,8 @@ class PagePools:
 
     def take_slots(self, objs: Index) -> None:
         """The take_slot effect: the lowest free pages of each object's pool become their placements."""
-        for pool, part in self.by_pool(objs):
+        runs = self.runs[1] if self.runs is not None and self.runs[0] is objs else self.by_pool(objs)
+        for pool, part in runs:
             assert part.size <= pool.free_slot_count, "guard slot_available precedes take_slot"
             pages = pool.pop_slots(part.size)
             self.slot[part] = pages

@@ -1,12 +1,15 @@
 """Records the manager hands to engines: hits with verdicts and allocations with their plan.
 
-Both are frozen, and their arrays are read-only: a Hit is evidence of what
-match saw (acquire re-derives its pages from the index and refuses one that
-differs), an Allocation is where the engine writes.
+Both are frozen, their mappings are read-only views and their arrays are
+read-only: a Hit is evidence of what match saw (acquire re-derives its pages
+from the index and refuses one that differs), an Allocation is where the
+engine writes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import attrs
@@ -22,10 +25,11 @@ def frozen_array(array: NDArray[Any]) -> NDArray[Any]:
     return array
 
 
-def _frozen_dict(value: dict[str, NDArray[Any]]) -> dict[str, NDArray[Any]]:
+def _frozen_dict(value: Mapping[str, NDArray[Any]]) -> Mapping[str, NDArray[Any]]:
+    """A read-only mapping of read-only arrays (the caller hands over fresh arrays)."""
     for array in value.values():
         array.setflags(write=False)
-    return value
+    return value if isinstance(value, MappingProxyType) else MappingProxyType(dict(value))
 
 
 @attrs.frozen(kw_only=True)
@@ -55,8 +59,8 @@ class Hit:
     reasons: tuple[Reason, ...]
     block_ids: NDArray[np.int32] = attrs.field(converter=frozen_array)
     block_versions: NDArray[np.uint32] = attrs.field(converter=frozen_array)
-    pages: dict[str, NDArray[np.int32]] = attrs.field(converter=_frozen_dict)
-    versions: dict[str, NDArray[np.int64]] = attrs.field(converter=_frozen_dict)
+    pages: Mapping[str, NDArray[np.int32]] = attrs.field(converter=_frozen_dict)
+    versions: Mapping[str, NDArray[np.int64]] = attrs.field(converter=_frozen_dict)
     partial_copy: bool
     point: int = -1
     point_version: int = 0
@@ -91,8 +95,8 @@ class Allocation:
     request_id: int
     start_tokens: int
     num_tokens: int
-    block_tables: dict[str, NDArray[np.int32]] = attrs.field(converter=_frozen_dict)
-    slots: dict[str, NDArray[np.int64]] = attrs.field(converter=_frozen_dict)
+    block_tables: Mapping[str, NDArray[np.int32]] = attrs.field(converter=_frozen_dict)
+    slots: Mapping[str, NDArray[np.int64]] = attrs.field(converter=_frozen_dict)
     tail_pages: dict[str, int]
     snapshots: dict[int, dict[str, int]]
     plan: Plan | None = None

@@ -140,7 +140,7 @@ class RequestState:
     pins: PinList = attrs.field(factory=PinList)  # what its lease lists (objects of every pool)
     window_floor: list[int] = attrs.field(factory=list)  # per page pool: window blocks below are released
     pending_points: list[int] = attrs.field(factory=list)  # boundaries allocated, not yet committed (ascending)
-    snapshots: dict[int, NDArray[np.intp]] = attrs.field(factory=dict)  # boundary -> tail object per tail pool
+    snapshots: dict[int, list[int]] = attrs.field(factory=dict)  # tail pool -> snapshot objects, one per pending point
     tail_sources: dict[int, int] = attrs.field(factory=dict)  # tail pool -> the hit's snapshot object
     block_rows: int = 0  # index rows reserved for blocks its commits may add
     point_rows: int = 0  # index rows reserved for resume points its commits may keep
@@ -167,7 +167,7 @@ class RequestState:
                             chain=self.chain.copy(), tables=[t.copy() for t in self.tables],
                             pins=self.pins.copy(), window_floor=list(self.window_floor),
                             pending_points=list(self.pending_points),
-                            snapshots={b: o.copy() for b, o in self.snapshots.items()},
+                            snapshots={p: list(o) for p, o in self.snapshots.items()},
                             tail_sources=dict(self.tail_sources), plans=set(self.plans))
 
 

@@ -17,6 +17,7 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
+from hkv_core.manager.object_effects import Effect, runnable
 from hkv_core.spec.guards import Guard
 from hkv_core.spec.names import Event
 from hkv_core.spec.table import Compiled, KindTable
@@ -29,6 +30,7 @@ class Variant:
     guards: tuple[Guard, ...]
     guard_names: tuple[str, ...]
     effects: tuple[str, ...]
+    run: tuple[Effect, ...]  # the effects' implementations, no-ops left out
     self_loop: bool  # every such edge stays in its state
     to_initial: bool  # every such edge ends in its kind's initial (absent) state
 
@@ -108,6 +110,7 @@ class Codes:
             assert first is not None
             variant[codes] = v
             variants.append(Variant(guards=first.guards, guard_names=first.guard_names, effects=first.effects,
+                                    run=runnable(first.effects),
                                     self_loop=all(dest[c] == c for c in codes),
                                     to_initial=all(self.initial[dest[c]] for c in codes)))
         return EventRule(event=event, dest=dest, edges=tuple(edges), variant=variant, variants=tuple(variants))

@@ -71,9 +71,8 @@ class TailRole(Role):
                 table.extend(objs[:1], slot[objs[:1]])
                 self._seed_copy(pool, req, int(objs[0]), out)
                 objs = objs[1:]
-            pages = slot[objs].tolist()
-            for b, obj, page in zip(boundaries, objs.tolist(), pages, strict=True):
-                req.snapshots.setdefault(b, np.zeros(len(self.pools), np.intp))[i] = obj
+            req.snapshots.setdefault(pool.index, []).extend(objs.tolist())  # one per pending point, in order
+            for b, page in zip(boundaries, slot[objs].tolist(), strict=True):
                 snap = out.snapshots.setdefault(b, {})
                 for member in pool.spec.members:
                     snap[member.name] = page
@@ -92,19 +91,21 @@ class TailRole(Role):
 
     def take_points(self, req: RequestState, due: NDArray[np.int64], keep: Bools,
                     moves: Moves) -> list[NDArray[np.int32]]:
-        snaps = np.stack([req.snapshots.pop(int(b)) for b in due]) if len(due) > 1 else \
-            req.snapshots.pop(int(due[0]))[None, :]
+        n, snaps = len(due), np.empty((len(due), len(self.pools)), np.intp)
+        for i, pool in enumerate(self.pools):  # the first n snapshots are the due points' (pending, in order)
+            listed = req.snapshots[pool.index]
+            snaps[:, i] = listed[:n]
+            del listed[:n]
         moves.add(Event.ABORT, snaps[~keep].ravel())
         moves.add(Event.PUBLISH, snaps[keep].ravel())
         kept = snaps[keep].astype(np.int32)
         return [kept[:, i:i + 1] for i in range(len(self.pools))]
 
     def finish(self, req: RequestState, moves: Moves) -> None:
-        pending = np.array(list(req.snapshots.values()), np.intp).reshape(-1, len(self.pools))
-        req.snapshots.clear()
+        for pool in self.pools:
+            pending = np.array(req.snapshots.pop(pool.index, []), np.intp)
+            self.give_back(req, np.concatenate([req.tables[pool.index].view(), pending]), moves)
         req.tail_sources.clear()
-        for i, pool in enumerate(self.pools):
-            self.give_back(req, np.concatenate([req.tables[pool.index].view(), pending[:, i]]), moves)
 
     def audit(self, req: RequestState) -> list[str]:
         out = []
