@@ -17,6 +17,7 @@ from numpy.typing import ArrayLike, NDArray
 
 Ids = NDArray[Any]  # int32 ids (or int64 versions)
 MIN_ROOM = 16
+EMPTY_VALUES: tuple[int, ...] = ()
 
 
 def appended(view: NDArray[Any], room: NDArray[Any] | None,
@@ -41,7 +42,10 @@ class IdList:
 
     __slots__ = ("_data", "_len")
 
-    def __init__(self, values: ArrayLike = (), dtype: type[np.signedinteger[Any]] = np.int32) -> None:
+    def __init__(self, values: ArrayLike = EMPTY_VALUES, dtype: type[np.signedinteger[Any]] = np.int32) -> None:
+        if values is EMPTY_VALUES:  # the common case (a request's new tables): no conversion
+            self._data, self._len = np.empty(MIN_ROOM, dtype), 0
+            return
         ids = np.asarray(values, dtype).ravel()
         self._data: Ids = np.empty(max(MIN_ROOM, 2 * len(ids)), dtype)
         self._data[:len(ids)] = ids

@@ -74,8 +74,8 @@ class Table:
     __slots__ = ("objs", "pages")
 
     def __init__(self, objs: NDArray[np.integer] | None = None, pages: NDArray[np.integer] | None = None) -> None:
-        self.objs = IdList(() if objs is None else objs)
-        self.pages = IdList(() if pages is None else pages)
+        self.objs = IdList() if objs is None else IdList(objs)
+        self.pages = IdList() if pages is None else IdList(pages)
 
     def __len__(self) -> int:
         return len(self.objs)
