@@ -43,11 +43,12 @@ class IdList:
     __slots__ = ("_data", "_len")
 
     def __init__(self, values: ArrayLike = EMPTY_VALUES, dtype: type[np.signedinteger[Any]] = np.int32) -> None:
+        self._data: Ids
         if values is EMPTY_VALUES:  # the common case (a request's new tables): no conversion
             self._data, self._len = np.empty(MIN_ROOM, dtype), 0
             return
         ids = np.asarray(values, dtype).ravel()
-        self._data: Ids = np.empty(max(MIN_ROOM, 2 * len(ids)), dtype)
+        self._data = np.empty(max(MIN_ROOM, 2 * len(ids)), dtype)
         self._data[:len(ids)] = ids
         self._len = len(ids)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from hkv_core.arrays import all_true
 from hkv_core.manager.index.entries import EntryTable
 from hkv_core.manager.page_pools import PagePools, PoolSlots
 from hkv_core.spec.names import Event, State
@@ -109,10 +110,15 @@ class BlockView:
         self.blocks, self.rows = blocks, rows
 
     def parent_indexed(self) -> NDArray[np.bool_]:
-        b, parents = self.blocks, self.blocks.parent[self.rows]
-        ok = (parents == NO_BLOCK) | (b.state[np.maximum(parents, 0)] == b.s_indexed)
-        ok[1:] |= parents[1:] == self.rows[:-1]  # the chain's own earlier blocks are indexed first
-        return np.asarray(ok)
+        b, rows = self.blocks, self.rows
+        parents = b.parent[rows]
+        ok = np.empty(len(rows), np.bool_)
+        first = int(parents[0])
+        ok[0] = first == NO_BLOCK or b.state[first] == b.s_indexed
+        np.equal(parents[1:], rows[:-1], out=ok[1:])  # the chain's own earlier blocks are indexed first
+        if not all_true(ok):  # a parent off the chain: read its state
+            ok |= (parents == NO_BLOCK) | (b.state[np.maximum(parents, 0)] == b.s_indexed)
+        return ok
 
     def children(self) -> NDArray[np.int32]:
         return self.blocks.kept_children(self.rows)

@@ -65,7 +65,7 @@ class TailRole(Role):
 
     def place(self, req: RequestState, start: int, end: int, boundaries: list[int], got: list[Index],
               out: Builder) -> None:
-        for i, (pool, objs) in enumerate(zip(self.pools, got, strict=True)):
+        for pool, objs in zip(self.pools, got, strict=True):
             table, slot = req.tables[pool.index], self.objects.slot
             if not table:
                 table.extend(objs[:1], slot[objs[:1]])
