@@ -23,7 +23,7 @@ from hkv_core.spec.table import KindTable
 NO_BLOCK = -1
 NO_POINT = -1
 Index = NDArray[np.intp]
-Attach = tuple[int, Index, NDArray[np.integer], Index, Index]  # (column, blocks, objects, distinct, counts)
+Attach = tuple[int, Index, NDArray[np.integer], Index, Index | None]  # (column, blocks, objects, distinct, counts)
 
 
 class BlockTable(EntryTable):

@@ -52,7 +52,7 @@ class EntryTable:
         self.reserved = 0  # rows promised to allocations, taken at commit
         self.refs: list[Ref] = [(pool, np.zeros((capacity, width), np.int32)) for pool, width in refs]
         self.unheld: list[Index] = []
-        self.pending: dict[int, tuple[Index, Index]] = {}  # column -> (objects, counts) the next hold takes
+        self.pending: dict[int, tuple[Index, Index | None]] = {}  # column -> (objects, counts) the next hold takes
         self.sole = sole
         self.s_free = table.initial
         self.events = {e: table.event_id(e) for e in self.FIRES}  # SpecError now, not at the first commit
@@ -92,10 +92,13 @@ class EntryTable:
         assert count <= self.free_count, f"{self.table.kind}: {count} rows wanted, {self.free_count} free"
         return self.free_rows[self.free_count - count:self.free_count][::-1].astype(np.intp)
 
-    def _listed(self, rows: Index, refs: Iterable[int], take_pending: bool) -> tuple[Index, Index]:
-        """Every object the chosen columns list for `rows` (distinct: pools have disjoint ids) and its count."""
-        objs, counts = [], []
+    def _listed(self, rows: Index, refs: Iterable[int], take_pending: bool) -> tuple[Index, Index | None]:
+        """Every object the chosen columns list for `rows` (distinct: pools have disjoint ids) and how often
+        (None: once each, the usual case)."""
+        objs: list[Index] = []
+        counts: list[Index | None] = []
         for r in refs:
+            n: Index | None
             if take_pending and r in self.pending:
                 got, n = self.pending.pop(r)
             else:
@@ -104,15 +107,19 @@ class EntryTable:
                 if not any_true(real):  # nothing listed (a block before its pages)
                     continue
                 if r in self.sole:
-                    got = listed[real].astype(np.intp)
-                    n = np.ones(got.size, np.intp)
+                    got, n = listed[real].astype(np.intp), None
                 else:
                     got, n = _counted(listed)
             objs.append(got)
             counts.append(n)
         if not objs:
-            return EMPTY, EMPTY
-        return (objs[0], counts[0]) if len(objs) == 1 else (np.concatenate(objs), np.concatenate(counts))
+            return EMPTY, None
+        if len(objs) == 1:
+            return objs[0], counts[0]
+        if all(n is None for n in counts):
+            return np.concatenate(objs), None
+        return np.concatenate(objs), np.concatenate([np.ones(o.size, np.intp) if n is None else n
+                                                     for o, n in zip(objs, counts, strict=True)])
 
     def hold(self, rows: Index, refs: Iterable[int]) -> None:
         """hold_references: one `hold` step over every object the chosen columns list."""
@@ -145,13 +152,13 @@ class EntryTable:
         twin.unheld, twin.pending = [], {}
 
 
-def _counted(objs: NDArray[np.int32]) -> tuple[Index, Index]:
+def _counted(objs: NDArray[np.int32]) -> tuple[Index, Index | None]:
     """Distinct non-NULL objects of `objs` and how often each occurs (a sort, no np.unique wrapper)."""
     every = objs.ravel()
     flat: Index = np.sort(every[every != NULL_OBJECT]).astype(np.intp)
     step = flat[1:] != flat[:-1]
     if all_true(step):  # all distinct (the usual case)
-        return flat, np.ones(flat.size, np.intp)
+        return flat, None
     starts = np.flatnonzero(np.concatenate(([True], step)))
     return flat[starts], np.diff(np.append(starts, flat.size))
 

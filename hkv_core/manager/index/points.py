@@ -43,7 +43,7 @@ class PointTable(EntryTable):
         return found
 
     def keep(self, blocks: NDArray[np.integer], objects: list[NDArray[np.int32]],
-             holds: dict[int, tuple[Index, Index]] | None = None) -> Index:
+             holds: dict[int, tuple[Index, Index | None]] | None = None) -> Index:
         """Keep a point at the end of each of `blocks`, referring to `objects` (one matrix per column);
         `holds`: per column, the distinct objects and how often the points list each, when known."""
         rows = self.peek_rows(len(blocks))

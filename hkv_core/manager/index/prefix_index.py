@@ -109,7 +109,7 @@ class PrefixIndex:
     # ------------------------------------------------------------------ points
 
     def keep_points(self, blocks: NDArray[np.integer], objects: list[NDArray[np.int32]],
-                    holds: dict[int, tuple[Index, Index]] | None = None) -> Index:
+                    holds: dict[int, tuple[Index, Index | None]] | None = None) -> Index:
         rows = self.points.keep(blocks, objects, holds)
         self.points.reserved -= len(rows)
         return rows

@@ -90,7 +90,7 @@ class Moves:
 
     objs: dict[Event, list[Index]] = attrs.field(factory=dict)
     attach: list[Attach] = attrs.field(factory=list)
-    point_holds: dict[int, tuple[Index, Index]] = attrs.field(factory=dict)  # point column -> (objects, counts)
+    point_holds: dict[int, tuple[Index, Index | None]] = attrs.field(factory=dict)  # column -> (objs, counts)
 
     def add(self, event: Event, objs: Index) -> None:
         if objs.size:

@@ -172,7 +172,7 @@ class PrefixRole(Role):
             ids = chain[pages]
             lacking = self._objects(ids, i) == NULL_OBJECT
             used = objs[lacking]
-            return used, (self.columns[i], ids[lacking].astype(np.intp), used, used, np.ones(used.size, np.intp))
+            return used, (self.columns[i], ids[lacking].astype(np.intp), used, used, None)
         spans = (pages[:, None] * per_page + np.arange(per_page)).ravel()
         inside = spans < len(chain)  # a sealed page covers only the blocks its rows complete
         ids = chain[spans[inside]]

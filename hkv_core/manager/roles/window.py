@@ -133,7 +133,7 @@ class WindowRole(Role):
             flat = distinct(listed)
             moves.add(Event.PUBLISH_PINNED, flat[self.owned(req, flat)])  # the request still reads them
             if flat.size == listed.size:  # windows of the points do not overlap: one reference each
-                moves.point_holds[self.columns[i]] = (flat, np.ones(flat.size, np.intp))
+                moves.point_holds[self.columns[i]] = (flat, None)
             out.append(objs)
         return out
 
