@@ -18,6 +18,8 @@ from numpy.typing import ArrayLike, NDArray
 Ids = NDArray[Any]  # int32 ids (or int64 versions)
 MIN_ROOM = 16
 EMPTY_VALUES: tuple[int, ...] = ()
+# Shared zero-length rooms of empty lists: no element of them can ever be written (extend reallocates first).
+NO_ROOM = {np.dtype(t): np.empty(0, t) for t in (np.int32, np.int64)}
 
 
 def appended(view: NDArray[Any], room: NDArray[Any] | None,
@@ -44,8 +46,8 @@ class IdList:
 
     def __init__(self, values: ArrayLike = EMPTY_VALUES, dtype: type[np.signedinteger[Any]] = np.int32) -> None:
         self._data: Ids
-        if values is EMPTY_VALUES:  # the common case (a request's new tables): no conversion
-            self._data, self._len = np.empty(MIN_ROOM, dtype), 0
+        if values is EMPTY_VALUES:  # the common case (a request's new tables): no array until the first extend
+            self._data, self._len = NO_ROOM[np.dtype(dtype)], 0
             return
         ids = np.asarray(values, dtype).ravel()
         self._data = np.empty(max(MIN_ROOM, 2 * len(ids)), dtype)
