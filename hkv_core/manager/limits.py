@@ -24,6 +24,7 @@ QUEUE_SLACK_DIVISOR = 4  # LRU queue: one entry per block row, plus a quarter (s
 KEY_TABLE_MIN_SLOTS = 1024  # smallest key table (a power of two)
 KEY_TABLE_LOAD_NUM, KEY_TABLE_LOAD_DEN = 2, 3  # the key table stays at most 2/3 full
 SEARCH_BLOCKS = 256  # match checks this many candidates below the longest first (x8 when none passes)
+CHAIN_MEMO_ENTRIES = 64  # matched chains remembered by their last block (cleared by every block drop)
 MIN_POOL_PAGES = 2  # the NULL page and one real page
 
 assert QUEUE_CHUNK_ENTRIES <= MAX_QUEUE_CHUNK_ENTRIES and QUEUE_SLACK_DIVISOR >= 1

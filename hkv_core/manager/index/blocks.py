@@ -16,6 +16,7 @@ from numpy.typing import NDArray
 
 from hkv_core.arrays import all_true
 from hkv_core.manager.index.entries import EntryTable
+from hkv_core.manager.limits import CHAIN_MEMO_ENTRIES
 from hkv_core.manager.page_pools import PagePools, PoolSlots
 from hkv_core.spec.names import Event, State
 from hkv_core.spec.table import KindTable
@@ -38,9 +39,15 @@ class BlockTable(EntryTable):
         self.point = np.full(capacity, NO_POINT, np.int32)
         self.s_indexed = table.state_id(State.INDEXED)
         self.tails: NDArray[np.int32] = np.zeros(0, np.int32)  # live chain tails, set by the caller of drop
+        self.chains: dict[int, NDArray[np.int32]] = {}  # last block -> its chain (`ancestors`), until a drop
 
     def view(self, rows: Index) -> BlockView:
         return BlockView(self, rows)
+
+    def clone_into(self, twin: EntryTable, objects: PagePools) -> None:
+        super().clone_into(twin, objects)
+        assert isinstance(twin, BlockTable)
+        twin.chains = dict(self.chains)  # its own memo (the arrays are read-only, shared)
 
     def objects(self, rows: NDArray[np.integer], col: int) -> NDArray[np.int32]:
         """The objects of prefix page pool `col` covering `rows` (NULL_OBJECT where none yet)."""
@@ -57,12 +64,24 @@ class BlockTable(EntryTable):
         return rows
 
     def ancestors(self, last: int, count: int) -> NDArray[np.int32]:
-        """The chain of `count` blocks ending at block `last`, root first (parent links)."""
+        """The chain of `count` blocks ending at block `last`, root first (parent links), read-only.
+
+        Remembered per last block (the system prompt of many requests ends at
+        the same block): an indexed block's ancestors never change, and every
+        `drop` forgets every remembered chain.
+        """
+        known = self.chains.get(last)
+        if known is not None and len(known) == count:
+            return known
         out = np.empty(count, np.int32)
         parent, block = self.parent, last
         for i in range(count - 1, -1, -1):
             out[i] = block
             block = parent.item(block)
+        out.setflags(write=False)
+        if len(self.chains) >= CHAIN_MEMO_ENTRIES:
+            del self.chains[next(iter(self.chains))]  # the oldest
+        self.chains[last] = out
         return out
 
     def attach(self, updates: list[Attach]) -> None:
@@ -88,6 +107,7 @@ class BlockTable(EntryTable):
     def drop(self, rows: Index) -> None:
         """Drop leaf blocks `rows`, children before parents (each a leaf once the earlier ones are gone)."""
         self.step(rows, Event.DROP)
+        self.chains.clear()
         self.point[rows] = NO_POINT
         self.parent[rows] = NO_BLOCK
 
