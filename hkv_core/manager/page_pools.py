@@ -27,7 +27,6 @@ a page whose object has since left it can never pass a check.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -133,7 +132,7 @@ class PagePools:
         self.stamp_clock = 0
         self.vdrop = np.zeros(n, np.int32)  # scratch of the eviction planner: references it would drop
         self.generation = 0  # moves on every change of a code, a version or the index (hits matched before are checked)
-        self.runs: tuple[Index, list[tuple[PoolSlots, Index]]] | None = None  # reserve's objects, pool by pool
+        self.runs: tuple[Index, list[tuple[PoolSlots, Index]]] | None = None  # a step's objects split by pool
         self.seen: set[tuple[str, str]] | None = None  # (kind, event) of every step taken, when a checker observes
         for lane in lanes:
             for event in fired[lane.index]:
@@ -186,6 +185,7 @@ class PagePools:
             kinds = rule.variant[codes]
             if any_true(kinds != kinds[0]):
                 self._step_groups(objs, codes, rule, actor, counts)
+                self.runs = None
                 if self.seen is not None:
                     self.note(codes, event)
                 return
@@ -201,6 +201,7 @@ class PagePools:
             self.code[objs] = dest
             if variant.to_initial:
                 self._free_ids(objs)
+        self.runs = None
         if self.seen is not None:
             self.note(codes, event)
 
@@ -253,16 +254,20 @@ class PagePools:
         for pool, part in self.by_pool(objs):
             pool.push_objects(part)
 
-    def by_pool(self, objs: Index) -> Iterable[tuple[PoolSlots, Index]]:
-        """`objs` split into runs of one pool each (callers list objects pool by pool, so runs are few)."""
+    def by_pool(self, objs: Index) -> list[tuple[PoolSlots, Index]]:
+        """`objs` split into runs of one pool each (callers list objects pool by pool, so runs are few);
+        the split of a step's objects is made once and shared by its effects."""
+        if self.runs is not None and self.runs[0] is objs:
+            return self.runs[1]
         pools = self.pool[objs]
-        cuts = np.flatnonzero(pools[1:] != pools[:-1]) + 1
+        cuts = (pools[1:] != pools[:-1]).nonzero()[0]
         if not cuts.size:
-            yield self.pools[int(pools[0])], objs
-            return
-        edges = [0, *cuts.tolist(), objs.size]
-        for start, end in zip(edges, edges[1:], strict=False):
-            yield self.pools[int(pools[start])], objs[start:end]
+            runs = [(self.pools[int(pools[0])], objs)]
+        else:
+            edges = [0, *(cuts + 1).tolist(), objs.size]
+            runs = [(self.pools[int(pools[a])], objs[a:b]) for a, b in zip(edges, edges[1:], strict=False)]
+        self.runs = (objs, runs)
+        return runs
 
     def reserve(self, demands: list[tuple[int, NDArray[np.int64], NDArray[np.int64]]], actor: int) -> list[Index]:
         """Per pool (count, row tokens, full tokens): that many FREE objects owned by `actor`, each placed in
@@ -280,7 +285,7 @@ class PagePools:
         if not taken:
             return parts
         objs = np.concatenate([t[2] for t in taken]) if len(taken) > 1 else taken[0][2]
-        self.runs = (objs, [(t[0], t[2]) for t in taken])  # take_slots needs no split by pool
+        self.runs = (objs, [(t[0], t[2]) for t in taken])  # known already: no split by pool
         try:
             self.step(objs, Event.RESERVE, actor)
         finally:
@@ -296,8 +301,7 @@ class PagePools:
 
     def take_slots(self, objs: Index) -> None:
         """The take_slot effect: the lowest free pages of each object's pool become their placements."""
-        runs = self.runs[1] if self.runs is not None and self.runs[0] is objs else self.by_pool(objs)
-        for pool, part in runs:
+        for pool, part in self.by_pool(objs):
             assert part.size <= pool.free_slot_count, "guard slot_available precedes take_slot"
             pages = pool.pop_slots(part.size)
             self.slot[part] = pages
