@@ -254,7 +254,10 @@ class CacheManager:
             raise InvalidRequestState(request_id=req.rid, action=action,
                                       reason=f"token count must be an integer, got {type(value).__name__} {value!r}")
         count = int(value)
-        if not 1 <= count <= room:
+        if count < 1:
+            raise InvalidRequestState(request_id=req.rid, action=action,
+                                      reason=f"token count must be at least 1, got {count}")
+        if count > room:
             raise InvalidRequestState(request_id=req.rid, action=action,
                                       reason=f"{count} tokens exceed the {room} it can {action} now")
         return count
