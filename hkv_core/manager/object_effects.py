@@ -9,83 +9,81 @@ quarantine) change nothing here: the bytes live in executors, and an object's
 rows are read from its owner's committed watermark (`row_token`,
 `full_token`).  Index effects (rows, references) belong to the index tables
 (hkv_core/manager/index/entries.py) and are refused on device objects.
-`pool` below is the PagePools owner of every pool's objects.
+`pool` below is the object table of every page pool (`object_table.ObjectTable`: `PagePools`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
 
-if TYPE_CHECKING:
-    from hkv_core.manager.page_pools import PagePools
+from hkv_core.manager.object_table import ObjectTable
 
 Index = NDArray[np.intp]
-Effect = Callable[["PagePools", Index, int, "Index | None"], None]
+Effect = Callable[[ObjectTable, Index, int, "Index | None"], None]
 
 
-def _noop(pool: PagePools, objs: Index, actor: int, counts: Index | None) -> None:
+def _noop(pool: ObjectTable, objs: Index, actor: int, counts: Index | None) -> None:
     return None
 
 
 def _not_for_objects(name: str) -> Effect:
-    def refuse(pool: PagePools, objs: Index, actor: int, counts: Index | None) -> None:
+    def refuse(pool: ObjectTable, objs: Index, actor: int, counts: Index | None) -> None:
         raise AssertionError(f"effect {name} belongs to index entries, not to device objects")
     return refuse
 
 
-def _take_slot(pool: PagePools, objs: Index, actor: int, counts: Index | None) -> None:
+def _take_slot(pool: ObjectTable, objs: Index, actor: int, counts: Index | None) -> None:
     pool.take_slots(objs)
 
 
-def _free_slot(pool: PagePools, objs: Index, actor: int, counts: Index | None) -> None:
+def _free_slot(pool: ObjectTable, objs: Index, actor: int, counts: Index | None) -> None:
     pool.free_placements(objs)
 
 
-def _set_owner(pool: PagePools, objs: Index, actor: int, counts: Index | None) -> None:
+def _set_owner(pool: ObjectTable, objs: Index, actor: int, counts: Index | None) -> None:
     assert actor >= 0, "set_owner needs an acting request"
     pool.owner[objs] = actor
 
 
-def _clear_owner(pool: PagePools, objs: Index, actor: int, counts: Index | None) -> None:
+def _clear_owner(pool: ObjectTable, objs: Index, actor: int, counts: Index | None) -> None:
     pool.owner[objs] = -1
 
 
-def _seal_rows(pool: PagePools, objs: Index, actor: int, counts: Index | None) -> None:
+def _seal_rows(pool: ObjectTable, objs: Index, actor: int, counts: Index | None) -> None:
     """The object's size becomes what its owner has committed (a partial prefix page kept as it is)."""
     pool.full_token[objs] = pool.requests.committed[pool.owner[objs]]
 
 
 # Counters move by plain fancy indexing: a step's objects are distinct.
-def _add_lease(pool: PagePools, objs: Index, actor: int, counts: Index | None) -> None:
+def _add_lease(pool: ObjectTable, objs: Index, actor: int, counts: Index | None) -> None:
     pool.leases[objs] += 1
 
 
-def _drop_lease(pool: PagePools, objs: Index, actor: int, counts: Index | None) -> None:
+def _drop_lease(pool: ObjectTable, objs: Index, actor: int, counts: Index | None) -> None:
     pool.leases[objs] -= 1
 
 
-def _pin_copy(pool: PagePools, objs: Index, actor: int, counts: Index | None) -> None:
+def _pin_copy(pool: ObjectTable, objs: Index, actor: int, counts: Index | None) -> None:
     pool.copies[objs] += 1
 
 
-def _unpin_copy(pool: PagePools, objs: Index, actor: int, counts: Index | None) -> None:
+def _unpin_copy(pool: ObjectTable, objs: Index, actor: int, counts: Index | None) -> None:
     pool.copies[objs] -= 1
 
 
-def _add_holder(pool: PagePools, objs: Index, actor: int, counts: Index | None) -> None:
+def _add_holder(pool: ObjectTable, objs: Index, actor: int, counts: Index | None) -> None:
     pool.holders[objs] += 1 if counts is None else counts.astype(np.int32)
 
 
-def _drop_holder(pool: PagePools, objs: Index, actor: int, counts: Index | None) -> None:
+def _drop_holder(pool: ObjectTable, objs: Index, actor: int, counts: Index | None) -> None:
     pool.holders[objs] -= 1 if counts is None else counts.astype(np.int32)
 
 
-def _bump_version(pool: PagePools, objs: Index, actor: int, counts: Index | None) -> None:
+def _bump_version(pool: ObjectTable, objs: Index, actor: int, counts: Index | None) -> None:
     pool.bump(objs)
 
 

@@ -9,15 +9,11 @@ object) except `slot_available`, one verdict for the whole step.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 from numpy.typing import NDArray
 
 from hkv_core.arrays import all_true
-
-if TYPE_CHECKING:
-    from hkv_core.manager.page_pools import PagePools
+from hkv_core.manager.object_table import DISK_DURABLE, ObjectTable
 
 Index = NDArray[np.intp]
 
@@ -27,7 +23,7 @@ class ObjectView:
 
     __slots__ = ("pools", "objs", "actor")
 
-    def __init__(self, pools: PagePools, objs: Index, actor: int) -> None:
+    def __init__(self, pools: ObjectTable, objs: Index, actor: int) -> None:
         self.pools, self.objs, self.actor = pools, objs, actor
 
     def slot_available(self) -> bool:
@@ -65,8 +61,6 @@ class ObjectView:
         return self.pools.holders[self.objs]
 
     def disk_record_durable(self) -> NDArray[np.bool_]:
-        from hkv_core.manager.page_pools import DISK_DURABLE
-
         durable: NDArray[np.bool_] = self.pools.record[self.objs] == DISK_DURABLE
         return durable
 

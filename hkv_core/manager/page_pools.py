@@ -47,7 +47,6 @@ NULL_OBJECT = 0
 NO_OWNER = -1
 Index = NDArray[np.intp]
 EMPTY = np.zeros(0, np.intp)
-DISK_DURABLE = 2  # record states: 0 absent (no disk tier writes records yet)
 FIRED = (Event.RESERVE, Event.ABORT, Event.PIN, Event.UNPIN, Event.HOLD, Event.UNHOLD, Event.EVICT)  # on every pool
 # (each role adds its own: Role.FIRES)
 

@@ -1,0 +1,69 @@
+"""What the effects and guards of device objects read and write: the page pools' object table, as a Protocol.
+
+`object_effects.py` (the effects) and `object_view.py` (the guards' view)
+depend on this shape, not on `page_pools.py`, which implements it and
+imports them: the imports run one way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from hkv_core.manager.requests import RequestTable
+
+DISK_DURABLE = 2  # disk record states: 0 absent (no disk tier writes records yet), 2 durable
+
+Index = NDArray[np.intp]
+
+
+class FreePages(Protocol):
+    """One page pool's free-page count (what guard `slot_available` reads)."""
+
+    free_slot_count: int
+
+
+class ObjectTable(Protocol):
+    """Per object (ids index every array): its pool, owner, pins, references, row watermarks, disk record;
+    the page pools (their free pages) and the request table (watermarks, pin lists)."""
+
+    @property
+    def pool(self) -> NDArray[Any]: ...
+
+    @property
+    def pools(self) -> Sequence[FreePages]: ...
+
+    @property
+    def owner(self) -> NDArray[np.int32]: ...
+
+    @property
+    def leases(self) -> NDArray[np.int32]: ...
+
+    @property
+    def copies(self) -> NDArray[np.int32]: ...
+
+    @property
+    def holders(self) -> NDArray[np.int32]: ...
+
+    @property
+    def row_token(self) -> NDArray[np.int64]: ...
+
+    @property
+    def full_token(self) -> NDArray[np.int64]: ...
+
+    @property
+    def record(self) -> NDArray[np.uint8]: ...
+
+    @property
+    def requests(self) -> RequestTable: ...
+
+    def take_slots(self, objs: Index) -> None: ...
+
+    def free_placements(self, objs: Index) -> None: ...
+
+    def bump(self, objs: Index) -> None: ...
+
+    def lease_mark(self, pinned: NDArray[np.integer[Any]], objs: NDArray[np.integer[Any]]) -> NDArray[np.bool_]: ...
