@@ -23,11 +23,11 @@ from hkv_core.block_keys import BlockHasher
 from hkv_core.layout import Layout
 from hkv_core.manager.config import ManagerConfig
 from hkv_core.manager.index import PrefixIndex
-from hkv_core.manager.lanes import PoolRole, build_lanes
+from hkv_core.manager.lanes import build_lanes
 from hkv_core.manager.limits import Limits
 from hkv_core.manager.page_pools import PagePools
 from hkv_core.manager.requests import RequestTable
-from hkv_core.manager.roles import Role, Shared, build_roles, events_fired, point_columns, pools_of
+from hkv_core.manager.roles import Role, Shared, block_columns, build_roles, events_fired, point_columns
 from hkv_core.spec import compile_lifecycle, load_lifecycle
 from hkv_core.spec.records import LifecycleSpec
 from hkv_core.spec.table import KindTable
@@ -57,7 +57,7 @@ class Core:
         self.objects = PagePools(lanes, self.tables, self.requests, events_fired(lanes))
         self.pools = self.objects.pools
         self.member = {m.name: pool for pool in self.pools for m in pool.spec.members}
-        self.index = PrefixIndex(self.tables, self.limits, self.objects, list(pools_of(self.pools, PoolRole.PREFIX)),
+        self.index = PrefixIndex(self.tables, self.limits, self.objects, block_columns(self.pools),
                                  point_columns(self.pools, layout.block_tokens), self.requests)
         self._bind_roles()
         self.hasher = BlockHasher(block_tokens=layout.block_tokens, seed=config.seed)
@@ -70,7 +70,7 @@ class Core:
                              config=self.config)
         self.roles: tuple[Role, ...] = build_roles(self.shared, self.pools)
         self.needs_points = bool(self.index.points.refs)  # windows or tails: hits resume only at kept points
-        prefix_tokens = [p.spec.tokens_per_page for p in pools_of(self.pools, PoolRole.PREFIX)]
+        prefix_tokens = [p.spec.tokens_per_page for p in block_columns(self.pools)]
         self.lcm_tokens = math.lcm(self.block_tokens, *prefix_tokens)
 
     def clone(self) -> Core:

@@ -66,6 +66,16 @@ class LaneSpec:
     def member_names(self) -> tuple[str, ...]:
         return tuple(m.name for m in self.members)
 
+    @property
+    def block_column(self) -> bool:
+        """Every indexed block refers to one object of this pool (prefix pools)."""
+        return self.role is PoolRole.PREFIX
+
+    @property
+    def point_snapshot(self) -> bool:
+        """Every resume point holds one object of this pool (tail pools: the snapshot at its position)."""
+        return self.role is PoolRole.TAIL
+
 
 def _lane_key(spec: PoolSpec, role: PoolRole, pages: int, window: int) -> tuple[object, ...]:
     """Pools with equal keys share one page-id space."""

@@ -15,7 +15,7 @@ import attrs
 
 from hkv_core.layout import Layout
 from hkv_core.manager.config import ManagerConfig
-from hkv_core.manager.lanes import LaneSpec, PoolRole
+from hkv_core.manager.lanes import LaneSpec
 
 # -------------------------------------------------------------- named constants
 QUEUE_CHUNK_ENTRIES = 256  # LRU queue entries an eviction walk screens first (doubling after)
@@ -67,7 +67,7 @@ def derived_block_rows(layout: Layout, config: ManagerConfig, lanes: tuple[LaneS
     a page of the prefix pool with the shortest pages, so the index never needs more rows than that
     pool's pages cover (plus one such page per request in flight)."""
     spans = [((lane.pages - 1) * lane.tokens_per_page // layout.block_tokens, lane.tokens_per_page)
-             for lane in lanes if lane.role is PoolRole.PREFIX]
+             for lane in lanes if lane.block_column]
     if spans:
         covered, page_tokens = min(spans)
         return covered + config.max_requests * max(1, page_tokens // layout.block_tokens)
@@ -78,7 +78,7 @@ def derived_point_rows(config: ManagerConfig, lanes: tuple[LaneSpec, ...], block
     """Points retained every `retain_every_blocks` blocks, plus one prompt end per request in flight,
     never more than a tail pool has pages for (each point holds one tail snapshot page)."""
     wanted = block_rows // config.retain_every_blocks + config.max_requests
-    tails = [lane.pages - 1 for lane in lanes if lane.role is PoolRole.TAIL]
+    tails = [lane.pages - 1 for lane in lanes if lane.point_snapshot]
     return max(1, min([wanted, *tails]))
 
 

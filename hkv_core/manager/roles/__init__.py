@@ -24,6 +24,11 @@ def events_fired(lanes: tuple[LaneSpec, ...]) -> dict[int, tuple[Event, ...]]:
     return {lane.index: FIRED + ROLE_CLASSES[lane.role].FIRES for lane in lanes}
 
 
+def block_columns(pools: tuple[PoolSlots, ...]) -> list[PoolSlots]:
+    """The page pools each block of the index refers to (prefix pools), in pool order."""
+    return list(pools_of(pools, PoolRole.PREFIX))
+
+
 def point_columns(pools: tuple[PoolSlots, ...], block_tokens: int) -> list[tuple[PoolSlots, int]]:
     """(pool, width) of each point-table column: window pools (their window's blocks), then tail pools."""
     windows = [(p, window_width(p.spec.window_tokens, block_tokens)) for p in pools_of(pools, PoolRole.WINDOW)]
@@ -44,4 +49,4 @@ def build_roles(shared: Shared, pools: tuple[PoolSlots, ...]) -> tuple[Role, ...
 
 
 __all__ = ["Builder", "Condition", "Moves", "PrefixRole", "Role", "Shared", "TailRole", "WindowRole", "build_roles",
-           "events_fired", "point_columns", "pools_of"]
+           "block_columns", "events_fired", "point_columns", "pools_of"]
