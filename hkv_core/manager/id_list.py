@@ -36,6 +36,13 @@ def appended(view: NDArray[Any], room: NDArray[Any] | None,
     return room[:n + m], room
 
 
+def _flat(values: ArrayLike, dtype: Any) -> NDArray[Any]:
+    """`values` as a 1-D array: a 1-D array as it is (assigning it into the list casts), else converted."""
+    if type(values) is np.ndarray and values.ndim == 1:
+        return values
+    return np.asarray(values, dtype).ravel()
+
+
 class IdList:
     """Ids 0 .. len-1 live in `self._data[:len]`; slices and `view()` are views (copy before keeping them).
 
@@ -49,7 +56,7 @@ class IdList:
         if values is EMPTY_VALUES:  # the common case (a request's new tables): no array until the first extend
             self._data, self._len = NO_ROOM[np.dtype(dtype)], 0
             return
-        ids = np.asarray(values, dtype).ravel()
+        ids = _flat(values, dtype)
         self._data = np.empty(max(MIN_ROOM, 2 * len(ids)), dtype)
         self._data[:len(ids)] = ids
         self._len = len(ids)
@@ -58,7 +65,7 @@ class IdList:
         return self._data[:self._len]
 
     def extend(self, values: ArrayLike) -> None:
-        view, self._data = appended(self.view(), self._data, np.asarray(values, self._data.dtype).ravel())
+        view, self._data = appended(self.view(), self._data, _flat(values, self._data.dtype))
         self._len = len(view)
 
     def append(self, value: int) -> None:

@@ -27,8 +27,11 @@ def frozen_array(array: NDArray[Any]) -> NDArray[Any]:
 
 def _frozen_dict(value: Mapping[str, NDArray[Any]]) -> Mapping[str, NDArray[Any]]:
     """A read-only mapping of read-only arrays (the caller hands over fresh arrays)."""
+    frozen: set[int] = set()
     for array in value.values():
-        array.setflags(write=False)
+        if id(array) not in frozen:  # member pools of one page pool share an array
+            array.setflags(write=False)
+            frozen.add(id(array))
     return value if isinstance(value, MappingProxyType) else MappingProxyType(dict(value))
 
 
