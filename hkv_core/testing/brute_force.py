@@ -26,7 +26,7 @@ one page at a time with plain Python loops over the prefix index's tables
 
 The block keys are recomputed from the request's tokens with the hasher's
 per-block reference loop (``reference_hash_blocks``), not read from the
-request, so a stale key (``FAILURES.md`` F11) also shows up as a mismatch.
+request, so a stale key (docs/failures.md, F11) also shows up as a mismatch.
 """
 
 from __future__ import annotations

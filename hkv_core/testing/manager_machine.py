@@ -12,7 +12,7 @@ checks after every step:
 - `check_invariants(manager) == []` (the spec invariants);
 - `request_tokens(rid)` of every live request equals the model;
 - every hit is shorter than the request's known tokens, never longer than
-  the longest committed prefix of the same tenant (FAILURES.md F10), and
+  the longest committed prefix of the same tenant (docs/failures.md, F10), and
   never shorter than what was committed and retained since the last
   eviction (F7; see `ManagerMachine.usable_at` for what "retained" means);
 - failed calls (OutOfPages, StaleLease, InvalidRequestState,

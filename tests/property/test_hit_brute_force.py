@@ -12,7 +12,7 @@ hit must carry exactly the copy-on-write / tail-seeding copies the hit implies
 must be acquirable as it is (match and acquire share one definition of a usable
 resume point: with window or tail pools, a KEPT point at the hit's end).
 
-F7 (``FAILURES.md``): what the write side publishes at length L is exactly what
+F7 (docs/failures.md): what the write side publishes at length L is exactly what
 the lookup side returns at L.
 """
 
