@@ -34,7 +34,6 @@ from numpy.typing import NDArray
 
 from hkv_core.arrays import all_true, any_true
 from hkv_core.errors import IllegalTransition
-from hkv_core.manager import object_effects
 from hkv_core.manager.lanes import LaneSpec
 from hkv_core.manager.object_view import ObjectView
 from hkv_core.manager.requests import RequestTable
@@ -71,10 +70,6 @@ class PoolSlots:
     def free_count(self) -> int:
         """Objects that can be reserved now (a free object id and a free page each)."""
         return min(self.free_object_count, self.free_slot_count)
-
-    def objects(self) -> Index:
-        """Every object id of this pool."""
-        return np.arange(self.base, self.base + self.size)
 
     def pop_slots(self, count: int) -> NDArray[np.int32]:
         """The `count` lowest free pages, taken."""
@@ -141,7 +136,6 @@ class PagePools:
         self.published = self.codes_in(State.PUBLISHED)
         self.retired = self.codes_in(State.RETIRED)
         self.reserved = self.codes_in(State.RESERVED)
-        self.ready = self.codes_in(State.READY)
 
     def codes_in(self, *states: str) -> NDArray[np.bool_]:
         """Per code: is its state one of `states` (read-only; computed once per set of states)."""
@@ -160,9 +154,6 @@ class PagePools:
 
     def state_name(self, obj: int | np.integer[Any]) -> str:
         return self.codes.describe(int(self.code[obj]))[1]
-
-    def kind_name(self, obj: int) -> str:
-        return self.codes.describe(int(self.code[obj]))[0]
 
     # ------------------------------------------------------------------ steps
 
@@ -221,10 +212,9 @@ class PagePools:
             if refused is not None:
                 raise self._illegal(objs[mask], codes[mask], rule, refused, actor)
         for c, mask in groups:
-            edge, part = rule.edges[c], objs[mask]
-            assert edge is not None
-            for name in edge.effects:
-                object_effects.EFFECTS[name](self, part, actor, None if counts is None else counts[mask])
+            part = objs[mask]
+            for effect in rule.runs[c]:
+                effect(self, part, actor, None if counts is None else counts[mask])
             dest = int(rule.dest[c])
             self.generation += 1
             if dest != c:

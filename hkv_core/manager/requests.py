@@ -21,7 +21,7 @@ NO_SLOT = -1
 
 
 class PinList:
-    """The objects a request's lease lists in one page pool, and the version each had when pinned.
+    """The objects a request's lease lists (of every page pool), and the version each had when pinned.
 
     Kept as chunks (one per pinning call) and joined only when read, so a
     pin costs a list append; `objs` / `versions` are the joined arrays.

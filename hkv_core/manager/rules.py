@@ -42,6 +42,7 @@ class EventRule:
     event: Event
     dest: NDArray[np.int16]  # per code: destination code, or -1
     edges: tuple[Compiled | None, ...]  # per code
+    runs: tuple[tuple[Effect, ...], ...]  # per code: its edge's effects, no-ops left out (the fallback's)
     variant: NDArray[np.int8]  # per code: index into `variants` (-1: no edge)
     variants: tuple[Variant, ...]
 
@@ -113,4 +114,6 @@ class Codes:
                                     run=runnable(first.effects),
                                     self_loop=all(dest[c] == c for c in codes),
                                     to_initial=all(self.initial[dest[c]] for c in codes)))
-        return EventRule(event=event, dest=dest, edges=tuple(edges), variant=variant, variants=tuple(variants))
+        runs = tuple(runnable(e.effects) if e is not None else () for e in edges)
+        return EventRule(event=event, dest=dest, edges=tuple(edges), runs=runs, variant=variant,
+                         variants=tuple(variants))

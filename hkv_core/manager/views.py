@@ -106,11 +106,6 @@ def index_counts(core: Core) -> dict[str, int]:
     return {"blocks": core.index.blocks.live, "points": core.index.points.live, "keys": core.index.keys.count}
 
 
-def indexed_prefix_blocks(core: Core, keys: NDArray[np.uint64]) -> int:
-    """How many leading blocks of a key chain are indexed."""
-    return len(core.index.matched(keys))
-
-
 def snapshot(core: Core) -> tuple[Any, ...]:
     """A hashable fingerprint of all mutable state (pools, index, requests, plans), eviction order included."""
     o = core.objects

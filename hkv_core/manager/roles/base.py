@@ -16,7 +16,6 @@ role and pool (one lifecycle step per event, whatever the number of pools).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import attrs
 import numpy as np
@@ -26,7 +25,7 @@ from hkv_core.layout import Layout
 from hkv_core.manager.config import ManagerConfig
 from hkv_core.manager.index import PrefixIndex
 from hkv_core.manager.index.blocks import Attach
-from hkv_core.manager.page_pools import NULL_OBJECT, PagePools, PoolSlots
+from hkv_core.manager.page_pools import PagePools, PoolSlots
 from hkv_core.manager.requests import RequestState, RequestTable
 from hkv_core.plan import CopyPages
 from hkv_core.spec.names import Event
@@ -188,12 +187,6 @@ class Role:
         """Abort the objects of `objs` (distinct apart from NULL entries) the request still owns."""
         moves.add(Event.ABORT, objs[self.owned(req, objs)].astype(np.intp))  # the NULL object is never owned
 
-    def pool_objects(self, pool: PoolSlots, objs: NDArray[np.integer]) -> NDArray[np.int32]:
-        """The device pages of objects of `pool`."""
-        found: NDArray[np.int32] = self.objects.slot[objs]
-        return found
-
-
 def slots_of(pages: NDArray[np.int32], per_page: int, first: int, end: int) -> NDArray[np.int64]:
     """Flat slots `page * per_page + offset` of entries [first, end) of a table of pages (one pass)."""
     if end <= first:
@@ -202,8 +195,3 @@ def slots_of(pages: NDArray[np.int32], per_page: int, first: int, end: int) -> N
     grid = pages[p0:p1, None].astype(np.int64) * per_page + np.arange(per_page, dtype=np.int64)
     found: NDArray[np.int64] = grid.ravel()[first - p0 * per_page:end - p0 * per_page]
     return found
-
-
-def nonnull(objs: NDArray[np.integer[Any]]) -> NDArray[np.integer[Any]]:
-    kept: NDArray[np.integer[Any]] = objs[objs != NULL_OBJECT]
-    return kept
