@@ -7,6 +7,8 @@ edge or None.  A step is two list indexings plus the guards - no
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import attrs
 
 from hkv_core.errors import IllegalTransition, SpecError
@@ -39,18 +41,17 @@ class KindTable:
 
     def event_id(self, event: str) -> int:
         """The index of `event` (an `Event`); SpecError when this kind has no such event."""
-        found = self.event_index.get(event)
-        if found is None:
-            raise SpecError(f"the code fires event {event!r}, which this kind does not declare",
-                            file=self.source, table=f"kinds.{self.kind}", key="transitions")
-        return found
+        return self._resolve(self.event_index, event, "fires event", "transitions")
 
     def state_id(self, state: str) -> int:
         """The index of `state` (a `State`); SpecError when this kind has no such state."""
-        found = self.state_index.get(state)
+        return self._resolve(self.state_index, state, "names state", "states")
+
+    def _resolve(self, index: Mapping[str, int], name: str, use: str, key: str) -> int:
+        found = index.get(name)
         if found is None:
-            raise SpecError(f"the code names state {state!r}, which this kind does not declare",
-                            file=self.source, table=f"kinds.{self.kind}", key="states")
+            raise SpecError(f"the code {use} {name!r}, which this kind does not declare",
+                            file=self.source, table=f"kinds.{self.kind}", key=key)
         return found
 
     def states_mask(self, names: frozenset[str]) -> tuple[bool, ...]:
