@@ -80,48 +80,34 @@ class HkvEngine:
 
     def w2(self, tokens: list[int]) -> dict[str, float]:
         m, r, n = self.m, {}, len(tokens)
-        t0 = now()
-        arr = np.asarray(tokens)
-        r["convert_s"] = now() - t0
-        t0 = now()
-        m.core.hasher.hash_blocks(arr)
-        r["hash_only_s"] = now() - t0
-        t0 = now()
-        rid = m.add_request(arr)
-        r["hash_s"] = now() - t0
-        t0 = now()
-        hit = m.match(rid)
-        m.acquire(rid, hit)
-        r["miss_lookup_s"] = now() - t0
-        t0 = now()
-        self._allocate(rid, n - hit.tokens)
-        r["alloc_only_s"] = now() - t0
-        t0 = now()
-        m.commit(rid, n - hit.tokens)
-        r["commit_s"] = now() - t0
+
+        def timed(key: str, call: Any) -> Any:
+            t0 = now()
+            out = call()
+            r[key] = now() - t0
+            return out
+
+        arr = timed("convert_s", lambda: np.asarray(tokens))
+        timed("hash_only_s", lambda: m.core.hasher.hash_blocks(arr))
+        rid = timed("hash_s", lambda: m.add_request(arr))
+        hit = timed("miss_lookup_s", lambda: _matched(m, rid))
+        timed("alloc_only_s", lambda: self._allocate(rid, n - hit.tokens))
+        timed("commit_s", lambda: m.commit(rid, n - hit.tokens))
         r["alloc_s"] = r["alloc_only_s"] + r["commit_s"]
-        t0 = now()
-        m.release(rid)
-        r["release_s"] = now() - t0
-        t0 = now()
-        arr2 = np.asarray(tokens)
-        r["convert2_s"] = now() - t0
-        t0 = now()
-        rid2 = m.add_request(arr2)
-        r["hash2_s"] = now() - t0
-        t0 = now()
-        hit = m.match(rid2)
-        r["hit_lookup_s"] = now() - t0
+        timed("release_s", lambda: m.release(rid))
+        arr2 = timed("convert2_s", lambda: np.asarray(tokens))
+        rid2 = timed("hash2_s", lambda: m.add_request(arr2))
+        hit = timed("hit_lookup_s", lambda: m.match(rid2))
         r["hit_tokens"] = hit.tokens
-        t0 = now()
-        m.acquire(rid2, hit)
-        r["hit_acquire_s"] = now() - t0
-        t0 = now()
-        self._allocate(rid2, n - hit.tokens)
-        m.commit(rid2, n - hit.tokens)
-        r["hit_alloc_commit_s"] = now() - t0
+        timed("hit_acquire_s", lambda: m.acquire(rid2, hit))
+        timed("hit_alloc_commit_s", lambda: (self._allocate(rid2, n - hit.tokens), m.commit(rid2, n - hit.tokens)))
         r["hit_alloc_s"] = r["hit_acquire_s"] + r["hit_alloc_commit_s"]
-        t0 = now()
-        m.release(rid2)
-        r["release2_s"] = now() - t0
+        timed("release2_s", lambda: m.release(rid2))
         return r
+
+
+def _matched(m: CacheManager, rid: int) -> Any:
+    """Match and acquire (a miss's lookup)."""
+    hit = m.match(rid)
+    m.acquire(rid, hit)
+    return hit
