@@ -38,7 +38,7 @@ PRIVATE = (State.RESERVED, State.FILLING, State.DRAFT, State.READY)
 
 def _in(o: PagePools, states: frozenset[str] | tuple[str, ...]) -> NDArray[np.bool_]:
     """Per object (NULL object excluded): is its state one of `states`."""
-    mask = o.in_state(np.arange(len(o.code)), o.codes_in(*states))
+    mask: NDArray[np.bool_] = o.codes_in(*states)[o.code]  # a fresh array
     mask[NULL_OBJECT] = False
     return mask
 

@@ -147,11 +147,6 @@ class PagePools:
             self.masks[key] = mask
         return mask
 
-    def in_state(self, objs: NDArray[np.integer], mask: NDArray[np.bool_]) -> NDArray[np.bool_]:
-        """Per object: is its code in `mask` (from `codes_in`)."""
-        found: NDArray[np.bool_] = mask[self.code[objs]]
-        return found
-
     def state_name(self, obj: int | np.integer[Any]) -> str:
         return self.codes.describe(int(self.code[obj]))[1]
 
