@@ -151,6 +151,10 @@ def test_a_hit_is_read_only() -> None:
     for array in (hit.block_ids, hit.block_versions, *hit.pages.values(), *hit.versions.values()):
         with pytest.raises(ValueError):
             array[...] = 0
+    name = next(iter(hit.pages))
+    for mapping in (hit.pages, hit.versions):  # acquire takes match's own hit as it is: nothing may swap in
+        with pytest.raises(TypeError):
+            mapping[name] = np.zeros(0, np.int64)  # type: ignore[index]
 
 
 def test_acquire_refuses_a_hit_whose_pages_were_swapped() -> None:
