@@ -26,6 +26,7 @@ from hkv_core.manager.index import PrefixIndex
 from hkv_core.manager.lanes import build_lanes
 from hkv_core.manager.limits import Limits
 from hkv_core.manager.page_pools import PagePools
+from hkv_core.manager.records import Reason
 from hkv_core.manager.requests import RequestTable
 from hkv_core.manager.roles import Role, Shared, block_columns, build_roles, events_fired, point_columns
 from hkv_core.spec import compile_lifecycle, load_lifecycle
@@ -64,6 +65,7 @@ class Core:
         self.plans: dict[int, PlanRecord] = {}
         self.next_plan = 0
         self.stats: dict[str, int] = {"evicted_blocks": 0, "evicted_points": 0, "copies": 0, "evictions": 0}
+        self.hit_rejections: tuple[Reason, ...] | None = None  # match's layers 2 and 4 (static: computed once)
 
     def _bind_roles(self) -> None:
         self.shared = Shared(objects=self.objects, index=self.index, requests=self.requests, layout=self.layout,

@@ -79,7 +79,14 @@ def fixed_point(top: int, lo: int, conds: list[Condition]) -> tuple[int, list[Re
 
 
 def reject_reasons(core: Core) -> list[Reason]:
-    """Layers 2 and 4: reasons that reject every hit on this manager's pools."""
+    """Layers 2 and 4: reasons that reject every hit on this manager's pools (layout and config are
+    frozen: computed at the first match)."""
+    if core.hit_rejections is None:
+        core.hit_rejections = tuple(_rejections(core))
+    return list(core.hit_rejections)
+
+
+def _rejections(core: Core) -> list[Reason]:
     reasons = []
     accepted = core.config.accepted_abi
     alignment = core.config.device_alignment_bytes or core.layout.alignment_bytes
@@ -119,7 +126,7 @@ def whole_chain_usable(core: Core, ids: NDArray[np.int32]) -> list[Index] | None
     if core.needs_points and point == NO_POINT:
         return None
     objs = hit_objects(core, ids, point)
-    return objs if all(all_true(got != NULL_OBJECT) for got in objs) else None
+    return objs if all_true(np.concatenate(objs) != NULL_OBJECT) else None
 
 
 def match(core: Core, req: RequestState) -> Hit:

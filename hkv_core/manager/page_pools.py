@@ -27,6 +27,7 @@ a page whose object has since left it can never pass a check.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,13 @@ Index = NDArray[np.intp]
 EMPTY = np.zeros(0, np.intp)
 FIRED = (Event.RESERVE, Event.ABORT, Event.PIN, Event.UNPIN, Event.HOLD, Event.UNHOLD, Event.EVICT)  # on every pool
 # (each role adds its own: Role.FIRES)
+
+
+def _push(stack: NDArray[np.int32], top: int, ids: NDArray[np.integer]) -> int:
+    """Push `ids` on a free stack (highest first, so that pops hand out low ids first); the new top."""
+    n = ids.size
+    stack[top:top + n] = np.sort(ids)[::-1] if n > 1 else ids
+    return top + n
 
 
 class PoolSlots:
@@ -78,14 +86,10 @@ class PoolSlots:
         return self.free_slots[top - count:top][::-1].copy()
 
     def push_slots(self, pages: NDArray[np.integer]) -> None:
-        top = self.free_slot_count
-        self.free_slots[top:top + pages.size] = np.sort(pages)[::-1]  # the stack hands out low ids first
-        self.free_slot_count = top + pages.size
+        self.free_slot_count = _push(self.free_slots, self.free_slot_count, pages)
 
     def push_objects(self, objs: NDArray[np.integer]) -> None:
-        top = self.free_object_count
-        self.free_objects[top:top + objs.size] = np.sort(objs)[::-1]
-        self.free_object_count = top + objs.size
+        self.free_object_count = _push(self.free_objects, self.free_object_count, objs)
 
     def clone(self) -> PoolSlots:
         twin = object.__new__(PoolSlots)
@@ -161,12 +165,10 @@ class PagePools:
             return
         rule = self.rules[event]
         codes = self.code[objs]
-        dest = rule.dest[codes]
-        if not all_true(dest >= 0):
+        if not all_true(rule.legal[codes]):
             raise self._illegal(objs, codes, rule, None, actor)
-        if len(rule.variants) == 1:
-            variant = rule.variants[0]
-        else:
+        variant = rule.single
+        if variant is None:
             kinds = rule.variant[codes]
             if any_true(kinds != kinds[0]):
                 self._step_groups(objs, codes, rule, actor, counts)
@@ -183,7 +185,7 @@ class PagePools:
             effect(self, objs, actor, counts)
         if not variant.self_loop:
             self.generation += 1
-            self.code[objs] = dest
+            self.code[objs] = rule.dest[codes]
             if variant.to_initial:
                 self._free_ids(objs)
         self.runs = None
@@ -244,10 +246,10 @@ class PagePools:
         if self.runs is not None and self.runs[0] is objs:
             return self.runs[1]
         pools = self.pool[objs]
-        cuts = (pools[1:] != pools[:-1]).nonzero()[0]
-        if not cuts.size:
-            runs = [(self.pools[int(pools[0])], objs)]
+        if pools[0] == pools[-1] and (objs.size < 3 or not any_true(pools[1:] != pools[:-1])):
+            runs = [(self.pools[int(pools[0])], objs)]  # one pool (the usual case)
         else:
+            cuts = (pools[1:] != pools[:-1]).nonzero()[0]
             edges = [0, *(cuts + 1).tolist(), objs.size]
             runs = [(self.pools[int(pools[a])], objs[a:b]) for a, b in zip(edges, edges[1:], strict=False)]
         self.runs = (objs, runs)
@@ -264,12 +266,16 @@ class PagePools:
                     table = self.codes.tables[self.codes.kinds.index(pool.spec.kind)]
                     raise IllegalTransition(kind=table.kind, state=table.states[table.initial],
                                             event=Event.RESERVE.value, guard="slot_available")
-                parts[pool.index] = part = pool.free_objects[top - n:top][::-1].astype(np.intp)
-                taken.append((pool, n, part, rows, fulls))
+                taken.append((pool, n, pool.free_objects[top - n:top][::-1], rows, fulls))
         if not taken:
             return parts
-        objs = np.concatenate([t[2] for t in taken]) if len(taken) > 1 else taken[0][2]
-        self.runs = (objs, [(t[0], t[2]) for t in taken])  # known already: no split by pool
+        objs = np.concatenate([t[2] for t in taken], dtype=np.intp) if len(taken) > 1 else taken[0][2].astype(np.intp)
+        edges = list(itertools.accumulate((t[1] for t in taken), initial=0))
+        runs = []
+        for (pool, *_), a, b in zip(taken, edges, edges[1:], strict=False):
+            parts[pool.index] = part = objs[a:b]
+            runs.append((pool, part))
+        self.runs = (objs, runs)  # known already: no split by pool
         try:
             self.step(objs, Event.RESERVE, actor)
         finally:

@@ -41,10 +41,12 @@ class EventRule:
 
     event: Event
     dest: NDArray[np.int16]  # per code: destination code, or -1
+    legal: NDArray[np.bool_]  # per code: has an edge (dest >= 0)
     edges: tuple[Compiled | None, ...]  # per code
     runs: tuple[tuple[Effect, ...], ...]  # per code: its edge's effects, no-ops left out (the fallback's)
     variant: NDArray[np.int8]  # per code: index into `variants` (-1: no edge)
     variants: tuple[Variant, ...]
+    single: Variant | None  # the one variant, when there is one (the usual case)
 
 
 @attrs.frozen(kw_only=True)
@@ -115,5 +117,5 @@ class Codes:
                                     self_loop=all(dest[c] == c for c in codes),
                                     to_initial=all(self.initial[dest[c]] for c in codes)))
         runs = tuple(runnable(e.effects) if e is not None else () for e in edges)
-        return EventRule(event=event, dest=dest, edges=tuple(edges), runs=runs, variant=variant,
-                         variants=tuple(variants))
+        return EventRule(event=event, dest=dest, legal=dest >= 0, edges=tuple(edges), runs=runs, variant=variant,
+                         variants=tuple(variants), single=variants[0] if len(variants) == 1 else None)

@@ -17,6 +17,7 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
+from hkv_core.arrays import all_true
 from hkv_core.manager.index.blocks import Attach
 from hkv_core.manager.page_pools import NULL_OBJECT, PoolSlots
 from hkv_core.manager.requests import RequestState, Table
@@ -46,6 +47,7 @@ class PrefixRole(Role):
         self.span = [p.spec.tokens_per_page // self.bt for p in pools]  # blocks per page
         self.ratio = [max(1, p.spec.compress_ratio) for p in pools]
         self.lcm_tokens = math.lcm(self.bt, *(p.spec.tokens_per_page for p in pools))
+        self._offsets = [np.arange(n) for n in self.span]  # block offsets inside a page's span
         empty = (np.zeros(0, np.int64), np.zeros(0, np.bool_))
         self._cache: list[tuple[NDArray[np.int64], NDArray[np.bool_]]] = [empty for _ in pools]
 
@@ -159,9 +161,17 @@ class PrefixRole(Role):
             tpp = pool.spec.tokens_per_page
             first, table = before // tpp, req.tables[pool.index]
             objs = table[first:req.computed // tpp].astype(np.intp)
-            mine = np.flatnonzero(self.owned(req, objs)) if objs.size else objs
-            if mine.size:
+            if not objs.size:
+                continue
+            owned = self.owned(req, objs)
+            if all_true(owned):  # every page new (the usual case)
+                used, update = self._spans(i, req, objs, np.arange(first, first + objs.size))
+            else:
+                mine = owned.nonzero()[0]
+                if not mine.size:
+                    continue
                 used, update = self._spans(i, req, objs[mine], mine + first)
+            if used.size:
                 moves.add(Event.PUBLISH_PINNED, used)
                 moves.attach.append(update)
 
@@ -173,11 +183,11 @@ class PrefixRole(Role):
             lacking = self._objects(ids, i) == NULL_OBJECT
             used = objs[lacking]
             return used, (self.columns[i], ids[lacking].astype(np.intp), used, used, None)
-        spans = (pages[:, None] * per_page + np.arange(per_page)).ravel()
+        spans = pages[:, None] * per_page + self._offsets[i]  # (pages, blocks of a span)
         inside = spans < len(chain)  # a sealed page covers only the blocks its rows complete
-        ids = chain[spans[inside]]
-        lacking = self._objects(ids, i) == NULL_OBJECT
-        counts = np.bincount(np.flatnonzero(inside)[lacking] // per_page, minlength=len(objs))
+        ids = chain[np.minimum(spans, len(chain) - 1)]
+        lacking = inside & (self._objects(ids, i) == NULL_OBJECT)
+        counts = np.count_nonzero(lacking, axis=1)
         used = counts > 0
         return objs[used], (self.columns[i], ids[lacking].astype(np.intp), np.repeat(objs, counts), objs[used],
                             counts[used].astype(np.intp))

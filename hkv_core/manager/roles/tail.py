@@ -96,8 +96,8 @@ class TailRole(Role):
             listed = req.snapshots[pool.index]
             snaps[:, i] = listed[:n]
             del listed[:n]
-        moves.add(Event.ABORT, snaps[~keep].ravel())
-        moves.add(Event.PUBLISH, snaps[keep].ravel())
+        moves.add(Event.ABORT, snaps[~keep].T.ravel())  # pool by pool: a step splits them in few runs
+        moves.add(Event.PUBLISH, snaps[keep].T.ravel())
         kept = snaps[keep].astype(np.int32)
         return [kept[:, i:i + 1] for i in range(len(self.pools))]
 

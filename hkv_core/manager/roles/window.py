@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from hkv_core.arrays import distinct
+from hkv_core.arrays import all_true, distinct
 from hkv_core.manager.index import NO_POINT
 from hkv_core.manager.page_pools import NULL_OBJECT, PoolSlots
 from hkv_core.manager.requests import RequestState, Table
@@ -117,9 +117,9 @@ class WindowRole(Role):
         ok = np.ones(len(due), np.bool_)
         o = self.objects
         spans = [self._spans(i, req, due) for i in range(len(self.pools))]
-        for objs, covered in spans:
-            usable = (objs != NULL_OBJECT) & (self.owned(req, objs) | o.published[o.code[objs]])
-            ok &= np.all(usable | ~covered, axis=1)
+        for objs, covered in spans:  # NULL_OBJECT is neither owned nor published: usable only where not covered
+            usable = self.owned(req, objs) | o.published[o.code[objs]]
+            ok &= all_true(usable | ~covered, axis=1)
         self._ready = ((req.rid, req.computed, len(due)), spans)  # take_points reads the same spans
         return ok
 
