@@ -66,6 +66,7 @@ TOKEN_ID_LIMIT = 2**31  # token ids lie in [0, TOKEN_ID_LIMIT)
 SEED_LIMIT = 2**64  # seeds lie in [0, SEED_LIMIT)
 ALGORITHMS = ("xxh3_128", "sha256")
 KEY_DTYPE = np.dtype("<u8")  # each key is two little-endian 64-bit words
+CONTEXT_MEMO = 256  # salts and adapters whose key context a hasher remembers
 _CHUNK_BYTES = 64 * 1024  # token bytes hashed per chunk (temporaries stay small and reused)
 
 _DOMAIN = b"hkv.block-key.v1\x00"
@@ -241,7 +242,7 @@ class BlockHasher:
     with different seeds, algorithms or ``block_tokens`` are unrelated.
     """
 
-    __slots__ = ("_algorithm", "_block_tokens", "_row_bytes", "_seed", "_seed_bytes")
+    __slots__ = ("_algorithm", "_block_tokens", "_contexts", "_row_bytes", "_seed", "_seed_bytes")
 
     def __init__(self, *, block_tokens: int, seed: int | None = None, algorithm: str = "xxh3_128") -> None:
         if isinstance(block_tokens, bool) or not isinstance(block_tokens, int | np.integer):
@@ -264,6 +265,7 @@ class BlockHasher:
         self._algorithm = algorithm
         self._seed = int(seed)
         self._seed_bytes = _le64(self._seed)
+        self._contexts: dict[tuple[object, ...], tuple[bytes, int, bytes]] = {}  # _context's answers
 
     @property
     def block_tokens(self) -> int:
@@ -290,7 +292,17 @@ class BlockHasher:
         return hashlib.sha256(self._seed_bytes + message).digest()[:KEY_BYTES]
 
     def _context(self, extra: ExtraKeys) -> tuple[bytes, int, bytes]:
-        """(root, xxh3 block seed, sha256 block prefix) for these extras."""
+        """(root, xxh3 block seed, sha256 block prefix) for these extras (remembered for the last
+        CONTEXT_MEMO salts and adapters: they depend on nothing else)."""
+        key = (extra.cache_salt, type(extra.lora_id), extra.lora_id)
+        found = self._contexts.get(key)
+        if found is None:
+            if len(self._contexts) >= CONTEXT_MEMO:
+                self._contexts.clear()
+            found = self._contexts[key] = self._derive_context(extra)
+        return found
+
+    def _derive_context(self, extra: ExtraKeys) -> tuple[bytes, int, bytes]:
         extra_digest = self._keyed(_EXTRA_TAG + extra.shared_encoding())
         root = self._keyed(_DOMAIN + _text(self._algorithm) + _le64(self._block_tokens) + extra_digest)
         block_seed = int(xxhash.xxh3_64_intdigest(_BLOCK_SEED_TAG + extra_digest, self._seed))

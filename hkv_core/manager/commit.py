@@ -12,6 +12,8 @@ attach to blocks, keep points, give back what slid out.
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 from hkv_core.manager.core import Core
@@ -79,7 +81,7 @@ def _index_blocks(core: Core, req: RequestState) -> None:
 
 def _plan_points(core: Core, req: RequestState, moves: Moves) -> tuple[np.ndarray, list[np.ndarray]] | None:
     """The points whose boundaries are now committed (one per block; a block's first point stays)."""
-    cut = next((i for i, b in enumerate(req.pending_points) if b > req.computed), len(req.pending_points))
+    cut = bisect.bisect_right(req.pending_points, req.computed)  # pending points are ascending
     if not cut:
         return None
     due = np.array(req.pending_points[:cut], np.int64)
@@ -87,8 +89,10 @@ def _plan_points(core: Core, req: RequestState, moves: Moves) -> tuple[np.ndarra
     blocks = req.chain.view()[due // core.block_tokens - 1]
     keep = core.index.blocks.point[blocks] == NO_POINT
     for role in core.roles:
-        keep &= role.points_ready(req, due)
+        ready = role.points_ready(req, due)
+        if ready is not None:
+            keep &= ready
     objects = [m for role in core.roles for m in role.take_points(req, due, keep, moves)]
-    core.index.unreserve(0, int(np.count_nonzero(~keep)))
+    core.index.unreserve(0, len(due) - int(np.count_nonzero(keep)))
     req.point_rows -= len(due)
     return blocks[keep], objects

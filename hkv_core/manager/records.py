@@ -27,11 +27,8 @@ def frozen_array(array: NDArray[Any]) -> NDArray[Any]:
 
 def _frozen_dict(value: Mapping[str, NDArray[Any]]) -> Mapping[str, NDArray[Any]]:
     """A read-only mapping of read-only arrays (the caller hands over fresh arrays)."""
-    frozen: set[int] = set()
-    for array in value.values():
-        if id(array) not in frozen:  # member pools of one page pool share an array
-            array.setflags(write=False)
-            frozen.add(id(array))
+    for array in value.values():  # (member pools of one page pool share an array: freezing twice is harmless)
+        array.setflags(write=False)
     return value if isinstance(value, MappingProxyType) else MappingProxyType(dict(value))
 
 

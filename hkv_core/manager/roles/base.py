@@ -142,9 +142,9 @@ class Role:
     def completed(self, req: RequestState, before: int, moves: Moves) -> None:
         """Tokens [before, computed) were written: what to publish (PUBLISH_PINNED) and attach."""
 
-    def points_ready(self, req: RequestState, due: NDArray[np.int64]) -> Bools:
-        """Per due boundary: can a point be kept there with this role's objects?"""
-        return np.ones(len(due), np.bool_)
+    def points_ready(self, req: RequestState, due: NDArray[np.int64]) -> Bools | None:
+        """Per due boundary: can a point be kept there with this role's objects?  None: at every one."""
+        return None
 
     def take_points(self, req: RequestState, due: NDArray[np.int64], keep: Bools,
                     moves: Moves) -> list[NDArray[np.int32]]:
