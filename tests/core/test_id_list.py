@@ -22,7 +22,7 @@ def test_matches_a_python_list(ops: list[tuple[Any, ...]], dtype: type[np.signed
     ids, model = IdList(dtype=dtype), list[int]()
     for op in ops:
         if op[0] == "keep":
-            mask = np.array(op[1][:len(model)], np.bool_)
+            mask = np.resize(np.array(op[1], np.bool_), len(model))  # the 60 flags repeated: lists grow past 60
             ids.keep(mask)
             model = [v for v, kept in zip(model, mask.tolist(), strict=True) if kept]
         elif op[0] == "clear":

@@ -140,7 +140,7 @@ class WindowRole(Role):
     def slide(self, req: RequestState, pending: list[int], moves: Moves) -> None:
         """Give back window pages below what the position and every pending point need."""
         for i, pool in enumerate(self.pools):
-            keep_from = min([self.first_block(i, req.computed)] + [self.first_block(i, b) for b in pending])
+            keep_from = self.first_block(i, min(req.computed, pending[0]) if pending else req.computed)  # monotone
             table, floor = req.tables[pool.index], req.window_floor[pool.index]
             top = min(keep_from, len(table))
             if top <= floor:
