@@ -21,14 +21,13 @@ from hkv_core.manager.lanes import LaneSpec
 QUEUE_CHUNK_ENTRIES = 256  # LRU queue entries an eviction walk screens first (doubling after)
 MAX_QUEUE_CHUNK_ENTRIES = 65_536  # ... up to this many per NumPy round
 QUEUE_SLACK_DIVISOR = 4  # LRU queue: one entry per block row, plus a quarter (stale entries until compacted)
-KEY_TABLE_MIN_SLOTS = 1024  # smallest key table (a power of two)
+KEY_TABLE_MIN_SLOTS = 1024  # smallest key table
 KEY_TABLE_LOAD_NUM, KEY_TABLE_LOAD_DEN = 2, 3  # the key table stays at most 2/3 full
 SEARCH_BLOCKS = 256  # match checks this many candidates below the longest first (x8 when none passes)
 CHAIN_MEMO_ENTRIES = 64  # matched chains remembered by their last block (cleared by every block drop)
 MIN_POOL_PAGES = 2  # the NULL page and one real page
 
 assert QUEUE_CHUNK_ENTRIES <= MAX_QUEUE_CHUNK_ENTRIES and QUEUE_SLACK_DIVISOR >= 1
-assert KEY_TABLE_MIN_SLOTS & (KEY_TABLE_MIN_SLOTS - 1) == 0
 assert 0 < KEY_TABLE_LOAD_NUM < KEY_TABLE_LOAD_DEN
 assert SEARCH_BLOCKS >= 1
 
@@ -49,7 +48,7 @@ class Limits:
         assert all(p >= MIN_POOL_PAGES for p in self.pool_pages.values()), self.pool_pages
         assert self.block_rows >= 1 and self.point_rows >= 1 and self.max_requests >= 1
         slots = self.key_table_slots
-        assert slots & (slots - 1) == 0 and slots >= KEY_TABLE_MIN_SLOTS
+        assert slots >= KEY_TABLE_MIN_SLOTS
         assert slots * KEY_TABLE_LOAD_NUM >= self.block_rows * KEY_TABLE_LOAD_DEN, "key table load <= 2/3"
         assert self.lru_queue_entries == queue_entries(self.block_rows), "a compaction always leaves room"
 
@@ -88,8 +87,5 @@ def queue_entries(block_rows: int) -> int:
 
 
 def key_table_slots(block_rows: int) -> int:
-    """The smallest power of two that keeps `block_rows` keys at most 2/3 full."""
-    slots = KEY_TABLE_MIN_SLOTS
-    while slots * KEY_TABLE_LOAD_NUM < block_rows * KEY_TABLE_LOAD_DEN:
-        slots *= 2
-    return slots
+    """The fewest slots (at least KEY_TABLE_MIN_SLOTS) that keep `block_rows` keys at most 2/3 full."""
+    return max(KEY_TABLE_MIN_SLOTS, -(-block_rows * KEY_TABLE_LOAD_DEN // KEY_TABLE_LOAD_NUM))

@@ -35,7 +35,7 @@ BASES = (0, 1, 5, MIN_CAPACITY - 2, MIN_CAPACITY - 1)
 UNIVERSE: list[Key] = [(hi, base + MIN_CAPACITY * j) for base in BASES for j in range(12) for hi in HIS]
 # (BULK_KEYS, SCALAR_KEYS, WINDOW_SLOTS, BULK_REMOVE_KEYS)
 TUNINGS = ((2048, 8, 8, 32), (4, 0, 8, 0), (16, 2, 2, 4), (0, 3, 4, 1000))
-CAPACITIES = (MIN_CAPACITY, 2 * MIN_CAPACITY)
+CAPACITIES = (MIN_CAPACITY, MIN_CAPACITY + 1, 2 * MIN_CAPACITY)  # + 1: homes are `lo mod capacity`, any size
 ROWS = 2 * MIN_CAPACITY  # rows of the stub block table (more than any table here may hold)
 
 
@@ -83,12 +83,12 @@ def as_array(keys: list[Key]) -> NDArray[np.uint64]:
 def check_chains(table: KeyTable, blocks: StubBlocks, capacity: int) -> None:
     """No empty slot between any entry and its home slot; the capacity never changes; load at most 2/3."""
     ids = table.ids
-    assert len(ids) == capacity and table.mask == capacity - 1
+    assert len(ids) == capacity and table.size == capacity
     assert table.count * MAX_LOAD_DEN <= capacity * MAX_LOAD_NUM
     doubled = np.concatenate([ids, ids])
     last_empty = np.maximum.accumulate(np.where(doubled == EMPTY, np.arange(2 * capacity), -1))[capacity:]
     where = np.flatnonzero(ids != EMPTY)
-    home = blocks.key[ids[where], 1] & np.uint64(capacity - 1)
+    home = blocks.key[ids[where], 1] % np.uint64(capacity)
     distance = (where - home.astype(np.int64)) % capacity
     assert np.all(distance < where + capacity - last_empty[where]), "an entry sits past an empty slot"
     assert int(np.count_nonzero(ids != EMPTY)) == table.count
@@ -191,7 +191,20 @@ class BulkLeavesHoles(KeyTable):
         self.count -= len(ids)
 
 
-@pytest.mark.parametrize("broken", [IgnoresHi, LeavesHoles, BulkLeavesHoles])
+class WrapBlind(KeyTable):
+    """Broken: backward shift compares plain distances, so chains that wrap past the last slot break."""
+
+    def _close_gap(self, hole: int) -> None:
+        table, stored, size = self.ids, self.source.key, self.size
+        slot = (hole + 1) % size
+        while (entry := table.item(slot)) != EMPTY:
+            if slot - stored.item(entry, 1) % size >= slot - hole:
+                table[hole], hole = entry, slot
+            slot = (slot + 1) % size
+        table[hole] = EMPTY
+
+
+@pytest.mark.parametrize("broken", [IgnoresHi, LeavesHoles, BulkLeavesHoles, WrapBlind])
 def test_the_property_catches_a_broken_table(broken: type[KeyTable]) -> None:
     @settings(max_examples=300, database=None, phases=[Phase.generate])
     @given(ops=operations, tuning=st.sampled_from(TUNINGS), capacity=st.sampled_from(CAPACITIES))
@@ -221,15 +234,16 @@ def test_capacity_is_fixed_a_full_table_refuses_and_absent_removal() -> None:
     _check_all(table, blocks, model, MIN_CAPACITY)
 
 
-def test_capacity_must_be_a_power_of_two_at_least_the_minimum() -> None:
-    for bad in (MIN_CAPACITY // 2, MIN_CAPACITY + 1, 3 * MIN_CAPACITY):
-        with pytest.raises(AssertionError, match="power-of-two"):
+def test_capacity_is_at_least_the_minimum_and_sized_to_the_load() -> None:
+    for bad in (0, MIN_CAPACITY // 2, MIN_CAPACITY - 1):
+        with pytest.raises(AssertionError, match="below the minimum"):
             KeyTable(StubBlocks(), bad)
-    assert len(KeyTable(StubBlocks(), 4 * MIN_CAPACITY).ids) == 4 * MIN_CAPACITY
-    for rows in (1, 682, 683, 1365, 1366, 10_000):  # the manager sizes its table for its block rows
+    for good in (MIN_CAPACITY, MIN_CAPACITY + 1, 3 * MIN_CAPACITY):  # any size: homes are `lo mod capacity`
+        assert len(KeyTable(StubBlocks(), good).ids) == good
+    for rows in (1, 682, 683, 1365, 1366, 10_000, 66_816):  # the manager sizes its table for its block rows
         slots = key_table_slots(rows)
-        assert slots >= MIN_CAPACITY and slots & (slots - 1) == 0 and room(slots) >= rows
-        assert slots == MIN_CAPACITY or room(slots // 2) < rows
+        assert slots >= MIN_CAPACITY and room(slots) >= rows
+        assert slots == MIN_CAPACITY or room(slots - 1) < rows  # the fewest slots that keep the load <= 2/3
 
 
 def test_the_manager_key_table_matches_its_block_rows() -> None:

@@ -6,10 +6,12 @@ at the maximum load of 2/3).  The keys live in the block table's `key` column
 So a block's key must be in its row before the block is inserted, and the
 block must be removed before its row is recycled.
 
-Linear probing from the home slot `lo & (capacity - 1)`, power-of-two
-capacity fixed at construction (hkv_core/manager/limits.py sizes it so the
-block table's rows never fill it past 2/3).  Removal is backward-shift deletion rather than tombstones: the entries
-after the hole move back while each stays at or after its home slot, so probe
+Linear probing from the home slot `lo mod capacity`, the capacity fixed at
+construction (hkv_core/manager/limits.py sizes it to the fewest slots that
+keep the block table's rows at most 2/3 of it: no rounding up to a power of
+two, which would cost up to a third more bytes per block).  Removal is
+backward-shift deletion rather than tombstones: the entries after the hole
+move back while each stays at or after its home slot, so probe
 chains stay as short as a fresh table's under any insert/evict churn, a lookup
 always stops at the first empty slot, and no same-capacity rehash is needed.
 `remove_ids` finds each block by its id along its key's chain (no key
@@ -61,14 +63,14 @@ class KeyTable:
     """Maps keys (hi, lo uint64 words) to non-negative int32 ids whose keys `source` holds."""
 
     def __init__(self, source: KeySource, capacity: int = MIN_CAPACITY) -> None:
-        assert capacity >= MIN_CAPACITY and capacity & (capacity - 1) == 0, "power-of-two capacity"
+        assert capacity >= MIN_CAPACITY, "capacity below the minimum"
         self.source = source
         self._alloc(capacity)
 
     def _alloc(self, capacity: int) -> None:
         self.scratch: NDArray[np.int32] | None = None  # claims of an insert round (allocated at first use)
         self.ids = np.full(capacity, EMPTY, np.int32)
-        self.mask = capacity - 1
+        self.size = capacity
         self.count = 0
 
     def clone(self, source: KeySource) -> KeyTable:
@@ -78,7 +80,7 @@ class KeyTable:
         return twin
 
     def _home(self, lo: NDArray[np.uint64]) -> NDArray[np.intp]:
-        home: NDArray[np.intp] = lo.view(np.intp) & self.mask
+        home: NDArray[np.intp] = (lo % np.uint64(self.size)).astype(np.intp)
         return home
 
     def lookup(self, keys: NDArray[np.uint64]) -> NDArray[np.int32]:
@@ -86,7 +88,7 @@ class KeyTable:
         assert keys.ndim == 2 and keys.shape[1] == 2 and keys.dtype == np.uint64
         if len(keys) == 1:
             lo = int(keys[0, 1])
-            return np.array([self._find(int(keys[0, 0]), lo, lo & self.mask)[1]], np.int32)
+            return np.array([self._find(int(keys[0, 0]), lo, lo % self.size)[1]], np.int32)
         slot = self._home(keys[:, 1])
         if len(keys) <= SCALAR_KEYS:
             return self._finish(keys, np.full(len(keys), EMPTY, np.int32), np.arange(len(keys)), slot)
@@ -105,7 +107,7 @@ class KeyTable:
     def find(self, key: NDArray[np.uint64]) -> int:
         """The id of one key (shape (2,)), EMPTY when absent."""
         lo = int(key[1])
-        return self._find(int(key[0]), lo, lo & self.mask)[1]
+        return self._find(int(key[0]), lo, lo % self.size)[1]
 
     def _probe(self, rows: NDArray[np.void], keys: NDArray[np.void], slot: NDArray[np.intp],
                width: int) -> NDArray[np.int32]:
@@ -127,16 +129,16 @@ class KeyTable:
                 slot: NDArray[np.intp]) -> NDArray[np.int32]:
         """Probe the keys `todo` left from `slot` one by one, in Python."""
         for i, start in zip(todo.tolist(), slot.tolist(), strict=True):
-            out[i] = self._find(int(keys[i, 0]), int(keys[i, 1]), start & self.mask)[1]
+            out[i] = self._find(int(keys[i, 0]), int(keys[i, 1]), start % self.size)[1]
         return out
 
     def _find(self, hi: int, lo: int, slot: int) -> tuple[int, int]:
         """(slot, id) of the key probing from `slot`; (the empty slot ending the chain, EMPTY) if absent."""
-        table, stored, mask = self.ids, self.source.key, self.mask
+        table, stored, size = self.ids, self.source.key, self.size
         while (found := table.item(slot)) != EMPTY:
             if stored.item(found, 1) == lo and stored.item(found, 0) == hi:
                 return slot, found
-            slot = (slot + 1) & mask
+            slot = (slot + 1) % size
         return slot, EMPTY
 
     def insert(self, hi: int, lo: int, block_id: int) -> None:
@@ -160,7 +162,7 @@ class KeyTable:
                 width = _width(todo.size)
                 todo, slot = self._claim(scratch, ids, todo, slot, width)
         for i, start in zip(todo.tolist(), slot.tolist(), strict=True):
-            self.ids[self._empty_slot(start & self.mask)] = ids[i]
+            self.ids[self._empty_slot(start % self.size)] = ids[i]
         self.count += len(ids)
 
     def _claim(self, scratch: NDArray[np.int32], ids: NDArray[np.int32], todo: NDArray[np.int32],
@@ -170,7 +172,7 @@ class KeyTable:
         Returns the keys left and the slot each resumes from."""
         offset = np.where(self._window(slot, width) == EMPTY, OFFSETS[:width], width).min(axis=0)
         has = offset < width  # else offset is width: no empty slot in the window
-        target = (slot + offset) & self.mask
+        target = (slot + offset) % self.size
         scratch[target] = todo  # a key without an empty slot writes at an occupied one: nobody wins there
         won = has & (scratch[target] == todo)
         self.ids[target[won]] = ids[todo[won]]
@@ -179,14 +181,14 @@ class KeyTable:
         return todo[lost], resume
 
     def _empty_slot(self, slot: int) -> int:
-        table, mask = self.ids, self.mask
+        table, size = self.ids, self.size
         while table.item(slot) != EMPTY:
-            slot = (slot + 1) & mask
+            slot = (slot + 1) % size
         return slot
 
     def remove(self, hi: int, lo: int) -> int:
         """Remove a key; returns its id (EMPTY when absent)."""
-        slot, found = self._find(hi, lo, lo & self.mask)
+        slot, found = self._find(hi, lo, lo % self.size)
         if found != EMPTY:
             self._close_gap(slot)
             self.count -= 1
@@ -203,24 +205,24 @@ class KeyTable:
         if len(ids) > BULK_REMOVE_KEYS:
             self._remove_bulk(ids.astype(np.int32))
             return
-        table, stored, mask = self.ids, self.source.key, self.mask
+        table, stored, size = self.ids, self.source.key, self.size
         for block in ids.tolist():
-            slot = stored.item(block, 1) & mask
+            slot = stored.item(block, 1) % size
             while (entry := table.item(slot)) != block:
                 assert entry != EMPTY, f"block {block} is not in the table"
-                slot = (slot + 1) & mask
+                slot = (slot + 1) % size
             self._close_gap(slot)
         self.count -= len(ids)
 
     def _remove_bulk(self, ids: NDArray[np.int32]) -> None:
         holes = self._slots_of(ids)
         self.ids[holes] = EMPTY
-        runs, pos = [], (holes + 1) & self.mask
+        runs, pos = [], (holes + 1) % self.size
         while pos.size:  # walk every run after a hole to its end, all runs at once
             occupied = self.ids[pos] != EMPTY
             pos = pos[occupied]
             runs.append(pos)
-            pos = (pos + 1) & self.mask
+            pos = (pos + 1) % self.size
         moved = distinct(np.concatenate(runs)) if runs else np.zeros(0, np.intp)
         entries = self.ids[moved]
         self.ids[moved] = EMPTY
@@ -235,19 +237,19 @@ class KeyTable:
         while todo.size:
             found = self.ids[slot] == ids[todo]
             out[todo[found]] = slot[found]
-            todo, slot = todo[~found], (slot[~found] + 1) & self.mask
+            todo, slot = todo[~found], (slot[~found] + 1) % self.size
         return out
 
     def _close_gap(self, hole: int) -> None:
         """Backward-shift deletion: move later entries of the chain into the hole while each stays
         at or after its home slot; the last hole becomes EMPTY."""
-        table, stored, mask = self.ids, self.source.key, self.mask
-        slot = (hole + 1) & mask
+        table, stored, size = self.ids, self.source.key, self.size
+        slot = (hole + 1) % size
         while (entry := table.item(slot)) != EMPTY:
-            home = stored.item(entry, 1) & mask
-            if (slot - home) & mask >= (slot - hole) & mask:
+            home = stored.item(entry, 1) % size
+            if (slot - home) % size >= (slot - hole) % size:  # cyclic distances (Python's % is never negative)
                 table[hole], hole = entry, slot
-            slot = (slot + 1) & mask
+            slot = (slot + 1) % size
         table[hole] = EMPTY
 
     def nbytes(self) -> int:
