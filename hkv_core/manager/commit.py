@@ -89,7 +89,7 @@ def _plan_points(core: Core, req: RequestState, moves: Moves) -> tuple[np.ndarra
     blocks = req.chain.view()[due // core.block_tokens - 1]
     keep = core.index.blocks.point[blocks] == NO_POINT
     for role in core.roles:
-        ready = role.points_ready(req, due)
+        ready = role.points_ready(req, due, moves)
         if ready is not None:
             keep &= ready
     objects = [m for role in core.roles for m in role.take_points(req, due, keep, moves)]

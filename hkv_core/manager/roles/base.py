@@ -90,6 +90,8 @@ class Moves:
     objs: dict[Event, list[Index]] = attrs.field(factory=dict)
     attach: list[Attach] = attrs.field(factory=list)
     point_holds: dict[int, tuple[Index, Index | None]] = attrs.field(factory=dict)  # column -> (objs, counts)
+    spans: dict[int, tuple[NDArray[np.int32], Bools]] = attrs.field(factory=dict)  # window pool -> the due points'
+    # window objects and coverage, as points_ready read them (take_points of the same commit reuses them)
 
     def add(self, event: Event, objs: Index) -> None:
         if objs.size:
@@ -142,7 +144,7 @@ class Role:
     def completed(self, req: RequestState, before: int, moves: Moves) -> None:
         """Tokens [before, computed) were written: what to publish (PUBLISH_PINNED) and attach."""
 
-    def points_ready(self, req: RequestState, due: NDArray[np.int64]) -> Bools | None:
+    def points_ready(self, req: RequestState, due: NDArray[np.int64], moves: Moves) -> Bools | None:
         """Per due boundary: can a point be kept there with this role's objects?  None: at every one."""
         return None
 

@@ -49,7 +49,6 @@ class WindowRole(Role):
         self.window = [p.spec.window_tokens for p in pools]
         self.width = [window_width(w, self.bt) for w in self.window]
         self._offsets = [np.arange(w) for w in self.width]
-        self._ready: tuple[object, list[tuple[NDArray[np.int32], Bools]]] = (None, [])  # spans points_ready saw
 
     def first_block(self, i: int, boundary: int) -> int:
         """First block whose rows a resume point at `boundary` reads in pool i."""
@@ -112,23 +111,22 @@ class WindowRole(Role):
         objs[~covered] = NULL_OBJECT                               # cleared
         return objs, covered
 
-    def points_ready(self, req: RequestState, due: NDArray[np.int64]) -> Bools:
+    def points_ready(self, req: RequestState, due: NDArray[np.int64], moves: Moves) -> Bools:
         """A point needs every window page of its span, each the request's own or still PUBLISHED (not retired)."""
         ok = np.ones(len(due), np.bool_)
         o = self.objects
-        spans = [self._spans(i, req, due) for i in range(len(self.pools))]
-        for objs, covered in spans:  # NULL_OBJECT is neither owned nor published: usable only where not covered
-            usable = self.owned(req, objs) | o.published[o.code[objs]]
+        for i, pool in enumerate(self.pools):
+            objs, covered = moves.spans[pool.index] = self._spans(i, req, due)  # take_points reads them again
+            usable = self.owned(req, objs) | o.published[o.code[objs]]  # NULL_OBJECT: neither, so only uncovered
             ok &= all_true(usable | ~covered, axis=1)
-        self._ready = ((req.rid, req.computed, len(due)), spans)  # take_points reads the same spans
         return ok
 
     def take_points(self, req: RequestState, due: NDArray[np.int64], keep: Bools,
                     moves: Moves) -> list[NDArray[np.int32]]:
         out = []
-        key, spans = self._ready
-        for i in range(len(self.pools)):
-            objs = spans[i][0][keep] if key == (req.rid, req.computed, len(due)) else self._spans(i, req, due[keep])[0]
+        for i, pool in enumerate(self.pools):
+            seen = moves.spans.get(pool.index)
+            objs = seen[0][keep] if seen is not None else self._spans(i, req, due[keep])[0]
             listed = objs[objs != NULL_OBJECT].astype(np.intp)
             flat = distinct(listed)
             moves.add(Event.PUBLISH_PINNED, flat[self.owned(req, flat)])  # the request still reads them
