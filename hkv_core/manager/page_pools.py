@@ -269,7 +269,7 @@ class PagePools:
                 taken.append((pool, n, pool.free_objects[top - n:top][::-1], rows, fulls))
         if not taken:
             return parts
-        objs = np.concatenate([t[2] for t in taken], dtype=np.intp) if len(taken) > 1 else taken[0][2].astype(np.intp)
+        objs = np.concatenate([t[2] for t in taken], dtype=np.intp)  # (one pool: a copy, as astype would make)
         edges = list(itertools.accumulate((t[1] for t in taken), initial=0))
         runs = []
         for (pool, *_), a, b in zip(taken, edges, edges[1:], strict=False):
@@ -282,11 +282,8 @@ class PagePools:
             self.runs = None
         for pool, n, _, _, _ in taken:
             pool.free_object_count -= n
-        if len(taken) > 1:
-            self.row_token[objs] = np.concatenate([t[3] for t in taken])
-            self.full_token[objs] = np.concatenate([t[4] for t in taken])
-        else:
-            self.row_token[objs], self.full_token[objs] = taken[0][3], taken[0][4]
+        self.row_token[objs] = np.concatenate([t[3] for t in taken])
+        self.full_token[objs] = np.concatenate([t[4] for t in taken])
         return parts
 
     def take_slots(self, objs: Index) -> None:

@@ -161,16 +161,15 @@ class PrefixRole(Role):
             tpp = pool.spec.tokens_per_page
             first, table = before // tpp, req.tables[pool.index]
             objs = table[first:req.computed // tpp].astype(np.intp)
+            owned = self.owned(req, objs)
+            if all_true(owned):  # every page new (the usual case): no gather
+                pages = np.arange(first, first + objs.size)
+            else:
+                pages = owned.nonzero()[0] + first
+                objs = objs[owned]
             if not objs.size:
                 continue
-            owned = self.owned(req, objs)
-            if all_true(owned):  # every page new (the usual case)
-                used, update = self._spans(i, req, objs, np.arange(first, first + objs.size))
-            else:
-                mine = owned.nonzero()[0]
-                if not mine.size:
-                    continue
-                used, update = self._spans(i, req, objs[mine], mine + first)
+            used, update = self._spans(i, req, objs, pages)
             if used.size:
                 moves.add(Event.PUBLISH_PINNED, used)
                 moves.attach.append(update)

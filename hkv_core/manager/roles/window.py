@@ -124,14 +124,13 @@ class WindowRole(Role):
     def take_points(self, req: RequestState, due: NDArray[np.int64], keep: Bools,
                     moves: Moves) -> list[NDArray[np.int32]]:
         out = []
-        for i, pool in enumerate(self.pools):
-            seen = moves.spans.get(pool.index)
-            objs = seen[0][keep] if seen is not None else self._spans(i, req, due[keep])[0]
+        for pool, column in zip(self.pools, self.columns, strict=True):
+            objs = moves.spans[pool.index][0][keep]  # points_ready of this commit left them
             listed = objs[objs != NULL_OBJECT].astype(np.intp)
             flat = distinct(listed)
             moves.add(Event.PUBLISH_PINNED, flat[self.owned(req, flat)])  # the request still reads them
             if flat.size == listed.size:  # windows of the points do not overlap: one reference each
-                moves.point_holds[self.columns[i]] = (flat, None)
+                moves.point_holds[column] = (flat, None)
             out.append(objs)
         return out
 
