@@ -150,3 +150,25 @@ class InvariantViolation(HkvError):
     def __init__(self, *, action: str, violations: list[str]) -> None:
         super().__init__(f"after {action}: {'; '.join(violations[:5])}", action=action, violations=violations)
         self.action, self.violations = action, violations
+
+
+class UnknownPool(HkvError):
+    """A pool name the executor (or layout) does not have; ``known`` lists the names it has."""
+
+    def __init__(self, *, pool: str, known: tuple[str, ...], action: str) -> None:
+        super().__init__(f"{action}: unknown pool {pool!r}; known pools: {', '.join(known) or '(none bound)'}",
+                         pool=pool, known=known, action=action)
+        self.pool, self.known, self.action = pool, known, action
+
+
+class MissingDependency(HkvError, ImportError):
+    """An optional dependency is not installed; the message names the extra that installs it.
+
+    Also an ``ImportError``, so ``except ImportError`` catches it as well.
+    """
+
+    def __init__(self, *, package: str, extra: str, action: str) -> None:
+        super().__init__(f"{action} needs {package}, which is not installed: pip install 'hkv[{extra}]'",
+                         package=package, extra=extra, action=action)
+        self.package, self.extra, self.action = package, extra, action
+        self.name = package  # ImportError's attribute: the module that could not be imported

@@ -14,6 +14,7 @@ import attrs
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from hkv_core.errors import MissingDependency, UnknownPool
 from hkv_core.executor import PlanAuthority, PoolBinding
 from hkv_core.plan import Checksum, Completion, CopyPages, FillPages, LoadRecord, Op, Plan, StoreRecord, page_digest
 from hkv_core.units import NULL_PAGE
@@ -126,6 +127,32 @@ class RefExecutor:
 
     def _load(self, op: LoadRecord) -> None:
         self.pools[op.pool][list(op.pages)] = self.host[op.record].pages
+
+    # -- zero-copy views ------------------------------------------------------------------
+
+    def as_numpy(self, pool: str) -> NDArray[Any]:
+        """The pool's own array, no copy and writable: what an engine's kernels write KV into.
+
+        Shape `PoolBinding.shape`; a bf16 pool is its raw bits as uint16.  Writes through the view
+        are the pool's bytes (`read` sees them); page 0, the NULL page, must stay untouched.
+        """
+        if pool not in self.pools:
+            raise UnknownPool(pool=pool, known=tuple(self.pools), action="as_numpy")
+        return self.pools[pool]
+
+    def as_torch(self, pool: str) -> Any:
+        """The pool's array as a CPU `torch.Tensor` sharing its memory (`torch.from_numpy`; bf16 as torch.bfloat16).
+
+        torch is optional: MissingDependency (an ImportError too) names `pip install 'hkv[torch]'` when absent.
+        """
+        array = self.as_numpy(pool)
+        try:
+            import torch  # type: ignore[import-not-found, unused-ignore]  # optional: the torch extra
+        except ImportError as err:
+            raise MissingDependency(package="torch", extra="torch", action="as_torch") from err
+        if self.bindings[pool].spec.dtype == "bf16":
+            return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(array)
 
     # -- read / write ---------------------------------------------------------------------
 
