@@ -172,3 +172,12 @@ class MissingDependency(HkvError, ImportError):
                          package=package, extra=extra, action=action)
         self.package, self.extra, self.action = package, extra, action
         self.name = package  # ImportError's attribute: the module that could not be imported
+class CacheBusy(HkvError):
+    """The whole cache cannot be cleared while requests are in flight (their leases pin what they read)."""
+
+    def __init__(self, *, action: str, live_requests: int) -> None:
+        super().__init__(f"{action}: {live_requests} request(s) in flight; release them first",
+                         action=action, live_requests=live_requests)
+        self.action, self.live_requests = action, live_requests
+
+

@@ -10,7 +10,6 @@ from hkv_core.errors import (
     UnknownRequest,
 )
 from hkv_core.manager.config import ManagerConfig
-from hkv_core.manager.index import IndexEvent
 from hkv_core.manager.invariants import check_invariants
 from hkv_core.manager.lanes import PoolRole
 from hkv_core.manager.manager import CacheManager
@@ -18,6 +17,6 @@ from hkv_core.manager.records import Allocation, Hit, Reason
 from hkv_core.plan import CopyPages
 from hkv_core.units import NULL_PAGE
 
-__all__ = ["NULL_PAGE", "AdmissionRejected", "Allocation", "CacheManager", "CopyPages", "Hit", "IndexEvent",
+__all__ = ["NULL_PAGE", "AdmissionRejected", "Allocation", "CacheManager", "CopyPages", "Hit",
            "InvalidRequestState", "InvariantViolation", "ManagerConfig", "OutOfPages", "PoolRole", "Reason",
            "StaleLease", "UnknownPlan", "UnknownRequest", "check_invariants"]

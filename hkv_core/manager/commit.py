@@ -74,12 +74,15 @@ def _index_blocks(core: Core, req: RequestState) -> None:
         req.chain.extend(found[:known])
     if known < len(keys):
         parent = req.chain[-1] if req.chain else NO_BLOCK
-        req.chain.extend(core.index.add_chain(keys[known:], parent))
+        bt = core.block_tokens
+        req.chain.extend(core.index.add_chain(keys[known:], parent, req.tokens[(start + known) * bt:blocks * bt],
+                                              req.extra.lora_id))
     core.index.unreserve(known, 0)  # rows reserved for blocks found indexed go back
     req.block_rows -= blocks - start  # no LRU entry yet: a live chain is never evicted; release orders it
 
 
-def _plan_points(core: Core, req: RequestState, moves: Moves) -> tuple[np.ndarray, list[np.ndarray]] | None:
+def _plan_points(core: Core, req: RequestState,
+                 moves: Moves) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]] | None:
     """The points whose boundaries are now committed (one per block; a block's first point stays)."""
     cut = bisect.bisect_right(req.pending_points, req.computed)  # pending points are ascending
     if not cut:
@@ -95,4 +98,4 @@ def _plan_points(core: Core, req: RequestState, moves: Moves) -> tuple[np.ndarra
     objects = [m for role in core.roles for m in role.take_points(req, due, keep, moves)]
     core.index.unreserve(0, len(due) - int(np.count_nonzero(keep)))
     req.point_rows -= len(due)
-    return blocks[keep], objects
+    return blocks[keep], due[keep], objects

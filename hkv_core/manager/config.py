@@ -10,6 +10,7 @@ DEFAULT_POOL_PAGES = 4096
 DEFAULT_MAX_REQUESTS = 256
 DEFAULT_RETAIN_EVERY_BLOCKS = 16
 DEFAULT_MAX_REQUEST_TOKENS = 1 << 21  # 2,097,152 tokens: a two-million-token context
+DEFAULT_MAX_PENDING_EVENTS = 4096  # batches of cache events kept for take_events (older ones: counted, dropped)
 DEFAULT_EVICT_SLACK_SHIFT = 6  # an eviction frees 1/64 of a pool beyond what the allocation needs
 
 
@@ -37,6 +38,9 @@ class ManagerConfig:
     - `device_alignment_bytes`: device page alignment (None: the layout's).
     - `seed`: block-key seed (None: a secret random one per manager).
     - `debug_checks`: run `check_invariants` after every call.
+    - `kv_events`: record KV cache events for `take_events` (routers); off: none
+      recorded, nothing spent.  `max_pending_events`: batches kept between two
+      `take_events` calls (older ones are dropped and counted: `EventsLost`).
     """
 
     pool_pages: dict[str, int] = attrs.field(factory=dict)
@@ -53,10 +57,13 @@ class ManagerConfig:
     device_alignment_bytes: int | None = None
     seed: int | None = None
     debug_checks: bool = False
+    kv_events: bool = False
+    max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS
 
     def __attrs_post_init__(self) -> None:
         counts = [("default_pool_pages", self.default_pool_pages), ("max_requests", self.max_requests),
                   ("max_request_tokens", self.max_request_tokens), ("retain_every_blocks", self.retain_every_blocks),
+                  ("max_pending_events", self.max_pending_events),
                   *[(f"pool_pages[{k}]", v) for k, v in self.pool_pages.items()],
                   *[(k, v) for k, v in (("max_blocks", self.max_blocks), ("max_points", self.max_points))
                     if v is not None]]

@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 from hkv_core.block_keys import BlockHasher
 from hkv_core.layout import Layout
 from hkv_core.manager.config import ManagerConfig
-from hkv_core.manager.index import PrefixIndex
+from hkv_core.manager.index import EventLog, PrefixIndex
 from hkv_core.manager.lanes import build_lanes
 from hkv_core.manager.limits import Limits
 from hkv_core.manager.page_pools import PagePools
@@ -58,8 +58,9 @@ class Core:
         self.objects = PagePools(lanes, self.tables, self.requests, events_fired(lanes))
         self.pools = self.objects.pools
         self.member = {m.name: pool for pool in self.pools for m in pool.spec.members}
+        log = EventLog(config.max_pending_events, layout.block_tokens) if config.kv_events else None
         self.index = PrefixIndex(self.tables, self.limits, self.objects, block_columns(self.pools),
-                                 point_columns(self.pools, layout.block_tokens), self.requests)
+                                 point_columns(self.pools, layout.block_tokens), self.requests, log)
         self._bind_roles()
         self.hasher = BlockHasher(block_tokens=layout.block_tokens, seed=config.seed)
         self.plans: dict[int, PlanRecord] = {}

@@ -24,13 +24,21 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from hkv_core.block_keys import ExtraKeys
-from hkv_core.errors import InvalidRequestState, InvariantViolation, StaleLease, UnknownPlan, UnknownRequest
+from hkv_core.errors import (
+    CacheBusy,
+    ConfigError,
+    InvalidRequestState,
+    InvariantViolation,
+    StaleLease,
+    UnknownPlan,
+    UnknownRequest,
+)
+from hkv_core.events import KVEvent
 from hkv_core.executor import PoolBinding
 from hkv_core.layout import Layout
 from hkv_core.manager import acquire, admit, allocate, commit, evict, match, release, views
 from hkv_core.manager.config import ManagerConfig
 from hkv_core.manager.core import Core
-from hkv_core.manager.index import IndexEvent
 from hkv_core.manager.invariants import check_invariants
 from hkv_core.manager.records import Allocation, Hit
 from hkv_core.manager.requests import RequestState
@@ -193,10 +201,34 @@ class CacheManager:
             if not completion.ok:
                 req.failed_plan = plan_id
 
-    def subscribe(self, listener: Callable[[IndexEvent], None]) -> None:
-        """Call `listener` with every batch of blocks stored in or removed from the index."""
-        with self._lock:
-            self.core.index.subscribe(listener)
+    @_locked
+    def take_events(self) -> list[KVEvent]:
+        """The KV cache events since the last call, oldest first (hkv_core.events; docs/events.md).
+
+        ConfigError when the manager was built without `ManagerConfig(kv_events=True)`.
+        """
+        log = self.core.index.log
+        if log is None:
+            raise ConfigError("KV cache events are off; build the manager with ManagerConfig(kv_events=True)",
+                              source="ManagerConfig", key="kv_events")
+        return log.take()
+
+    @_locked
+    def clear_cache(self) -> int:
+        """Evict every block and resume point (one AllBlocksCleared event); returns the units evicted.
+
+        CacheBusy, nothing changed, while any request is in flight
+        (its lease pins what it reads: the index could not be emptied).
+        """
+        live = len(self.core.requests)
+        if live:
+            raise CacheBusy(action="clear_cache", live_requests=live)
+        log = self.core.index.log
+        since = len(log.records) if log is not None else 0
+        units = evict.evict_all(self.core, None)
+        if log is not None:
+            log.cleared(since)
+        return units
 
     # ------------------------------------------------------------------ inspection (copies; for tests and tools)
 

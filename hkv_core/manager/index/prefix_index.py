@@ -4,18 +4,17 @@ The only code that adds or removes blocks and resume points.  It refers to
 cached objects by their ids (never by device page), holds one index
 reference on each through the lifecycle events of its entries, keeps the
 eviction order through an `EvictionPolicy` (exact LRU), and is the one place
-that tells subscribers which blocks were stored or removed (cache events).
+that records which blocks and resume points were stored or removed (cache
+events, `EventLog`; none are recorded when the manager was built without).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-import attrs
 import numpy as np
 from numpy.typing import NDArray
 
 from hkv_core.manager.index.blocks import NO_BLOCK, Attach, BlockTable
+from hkv_core.manager.index.event_log import EventLog
 from hkv_core.manager.index.key_table import EMPTY, KeyTable
 from hkv_core.manager.index.points import PointTable
 from hkv_core.manager.index.policy import EvictionPolicy, LruPolicy
@@ -28,30 +27,19 @@ Index = NDArray[np.intp]
 WALK_BLOCKS = 2048  # a matched chain up to this long is read by parent links, longer ones by key lookups
 
 
-@attrs.frozen(kw_only=True)
-class IndexEvent:
-    """Blocks stored in or removed from the index, by key (what a router subscribes to)."""
-
-    kind: str  # "stored" | "removed"
-    keys: NDArray[np.uint64]
-    parent: int = NO_BLOCK
-
-
-Listener = Callable[[IndexEvent], None]
-
 
 class PrefixIndex:
     """Blocks (keyed, chained), resume points, eviction order; see the module docstring."""
 
     def __init__(self, tables: dict[str, KindTable], limits: Limits, objects: PagePools,
                  prefix_pools: list[PoolSlots], point_pools: list[tuple[PoolSlots, int]],
-                 requests: RequestTable) -> None:
+                 requests: RequestTable, log: EventLog | None = None) -> None:
         self.blocks = BlockTable(tables["block"], limits.block_rows, objects, prefix_pools)
         self.points = PointTable(tables["resume_point"], limits.point_rows, objects, point_pools, self.blocks)
         self.keys = KeyTable(self.blocks, limits.key_table_slots)
         self.policy: EvictionPolicy = LruPolicy(limits.block_rows)
         self.requests = requests
-        self.listeners: list[Listener] = []
+        self.log = log  # cache events (None: not recorded)
 
     # ------------------------------------------------------------------ lookups
 
@@ -80,12 +68,15 @@ class PrefixIndex:
 
     # ------------------------------------------------------------------ blocks
 
-    def add_chain(self, keys: NDArray[np.uint64], parent: int) -> Index:
-        """Index consecutive new keys under `parent` (rows reserved by the caller); returns their ids."""
+    def add_chain(self, keys: NDArray[np.uint64], parent: int, tokens: NDArray[np.int64],
+                  lora: str | int | None = None) -> Index:
+        """Index consecutive new keys under `parent` (rows reserved by the caller); returns their ids.
+        `tokens` (the blocks' tokens) and `lora` (the request's adapter) only go into the event log."""
         rows = self.blocks.index_chain(keys, parent)
         self.keys.insert_many(keys, rows)
         self.blocks.reserved -= len(rows)
-        self._emit("stored", keys, parent)
+        if self.log is not None:
+            self.log.stored(keys, None if parent == NO_BLOCK else self.blocks.key[parent], tokens, lora)
         return rows
 
     def attach(self, updates: list[Attach]) -> None:
@@ -96,26 +87,33 @@ class PrefixIndex:
         if not ids.size:
             return
         self.blocks.tails = self.requests.chain_tails()
-        keys = self.blocks.key[ids].copy() if self.listeners else None
+        keys = self.blocks.key[ids] if self.log is not None else None  # (a copy: fancy indexing)
         self.blocks.drop(ids)
         self.keys.remove_ids(ids)
         self.policy.forget(ids.astype(np.int32))
-        if keys is not None:
-            self._emit("removed", keys, NO_BLOCK)
+        if self.log is not None and keys is not None:
+            self.log.removed(keys)
 
     def touch(self, chain: NDArray[np.integer]) -> None:
         self.policy.touch(chain.astype(np.int32, copy=False))
 
     # ------------------------------------------------------------------ points
 
-    def keep_points(self, blocks: NDArray[np.integer], objects: list[NDArray[np.int32]],
+    def keep_points(self, blocks: NDArray[np.integer], positions: NDArray[np.integer],
+                    objects: list[NDArray[np.int32]],
                     holds: dict[int, tuple[Index, Index | None]] | None = None) -> Index:
+        """Keep a point at the end of each of `blocks` (at token `positions`, for the event log)."""
         rows = self.points.keep(blocks, objects, holds)
         self.points.reserved -= len(rows)
+        if self.log is not None and len(rows):
+            self.log.points_stored(self.blocks.key[blocks], positions)
         return rows
 
     def drop_points(self, rows: Index) -> None:
+        blocks = self.points.block[rows] if self.log is not None else None
         self.points.drop(rows)
+        if self.log is not None and blocks is not None and len(rows):
+            self.log.points_removed(self.blocks.key[blocks])
 
     # ------------------------------------------------------------------ rows
 
@@ -142,15 +140,6 @@ class PrefixIndex:
                 "points": arrays(self.points) + sum(c.nbytes for _, c in self.points.refs),
                 "keys": self.keys.nbytes(), "policy": arrays(self.policy)}
 
-    # ------------------------------------------------------------------ events
-
-    def subscribe(self, listener: Listener) -> None:
-        self.listeners.append(listener)
-
-    def _emit(self, kind: str, keys: NDArray[np.uint64], parent: int) -> None:
-        for listener in self.listeners:
-            listener(IndexEvent(kind=kind, keys=keys.copy(), parent=parent))
-
     def clone(self, objects: PagePools, requests: RequestTable) -> PrefixIndex:
         twin = PrefixIndex.__new__(PrefixIndex)
         twin.blocks = BlockTable.__new__(BlockTable)
@@ -160,5 +149,5 @@ class PrefixIndex:
         twin.points.blocks = twin.blocks
         twin.keys = self.keys.clone(twin.blocks)
         twin.policy = self.policy.clone()
-        twin.requests, twin.listeners = requests, []
+        twin.requests, twin.log = requests, None if self.log is None else self.log.clone()
         return twin

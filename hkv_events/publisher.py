@@ -1,0 +1,60 @@
+"""ZmqEventPublisher: send each batch of `CacheManager.take_events()` on a ZeroMQ PUB socket.
+
+Messages are three frames, as vLLM's publisher sends them: the topic, an
+8-byte big-endian sequence number (consecutive from 0: a subscriber that
+sees a gap knows it missed batches), and the msgpack batch (`wire.py`).
+PUB sockets never block: beyond the high-water mark ZeroMQ drops messages,
+which the sequence numbers reveal.  Sending runs on the caller's thread.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+import zmq
+
+from hkv_core import events as ev
+from hkv_events.wire import encode_batch
+
+DEFAULT_HWM = 100_000  # messages queued per subscriber before ZeroMQ drops
+
+
+class ZmqEventPublisher:
+    """PUB socket bound (`tcp://*:5557`) or connected (`tcp://host:5557`) at `endpoint`."""
+
+    def __init__(self, endpoint: str, *, topic: str = "", hkv_events: bool = True, rank: int | None = None,
+                 hwm: int = DEFAULT_HWM, context: zmq.Context[zmq.Socket[bytes]] | None = None) -> None:
+        self._context = context or zmq.Context.instance()
+        self._socket = self._context.socket(zmq.PUB)
+        self._socket.set_hwm(hwm)
+        if "*" in endpoint or endpoint.startswith(("inproc://", "ipc://")):
+            self._socket.bind(endpoint)
+        else:
+            self._socket.connect(endpoint)
+        self._topic, self._hkv_events, self._rank = topic.encode(), hkv_events, rank
+        self.sequence = 0  # of the next batch
+
+    @property
+    def endpoint(self) -> str:
+        """The address bound or connected (with the port a `tcp://*:0` bind picked)."""
+        last = self._socket.getsockopt(zmq.LAST_ENDPOINT)
+        return last.decode() if isinstance(last, bytes) else str(last)
+
+    def publish(self, events: list[ev.KVEvent]) -> int:
+        """Send one batch (nothing when `events` is empty); returns its sequence number, or -1."""
+        if not events:
+            return -1
+        seq, self.sequence = self.sequence, self.sequence + 1
+        payload = encode_batch(events, hkv_events=self._hkv_events, rank=self._rank)
+        self._socket.send_multipart((self._topic, seq.to_bytes(8, "big"), payload))
+        return seq
+
+    def close(self) -> None:
+        self._socket.close(linger=0)
+
+    def __enter__(self) -> ZmqEventPublisher:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self.close()

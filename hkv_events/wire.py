@@ -1,0 +1,101 @@
+"""The wire format of an event batch: vLLM's KV event messages, plus hkv's own event kinds.
+
+A batch is a msgpack array `[ts, events, data_parallel_rank]`; each event a
+msgpack map tagged with its class name (`"type": "BlockStored"`), field
+names as vLLM's `vllm.distributed.kv_events`, so that a router decoding
+vLLM's messages decodes hkv's block events.  hkv's own kinds
+(`ResumePointStored`, `ResumePointRemoved`, `EventsLost`) are left out when
+a publisher is built with `hkv_events=False`, for decoders that know only
+vLLM's union.
+"""
+
+from __future__ import annotations
+
+import time
+
+import msgspec
+
+from hkv_core import events as ev
+
+
+class _Event(msgspec.Struct, omit_defaults=True, gc=False, tag=True):
+    """Base of every wire event (tagged by class name)."""
+
+
+class BlockStored(_Event):
+    block_hashes: list[bytes]
+    parent_block_hash: bytes | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+    medium: str | None
+    lora_name: str | None
+
+
+class BlockRemoved(_Event):
+    block_hashes: list[bytes]
+    medium: str | None
+
+
+class AllBlocksCleared(_Event):
+    pass
+
+
+class ResumePointStored(_Event):
+    block_hash: bytes
+    position_tokens: int
+    medium: str | None
+
+
+class ResumePointRemoved(_Event):
+    block_hashes: list[bytes]
+    medium: str | None
+
+
+class EventsLost(_Event):
+    count: int
+
+
+WireEvent = BlockStored | BlockRemoved | AllBlocksCleared | ResumePointStored | ResumePointRemoved | EventsLost
+HKV_ONLY = (ev.ResumePointStored, ev.ResumePointRemoved, ev.EventsLost)
+
+
+class WireBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
+    """One published message: a timestamp (seconds since the epoch) and events in order."""
+
+    ts: float
+    events: list[WireEvent]
+    data_parallel_rank: int | None = None
+
+
+def to_wire(event: ev.KVEvent) -> WireEvent:
+    """The wire struct of one hkv event (same fields)."""
+    if isinstance(event, ev.BlockStored):
+        return BlockStored(block_hashes=list(event.block_hashes), parent_block_hash=event.parent_block_hash,
+                           token_ids=list(event.token_ids), block_size=event.block_size, lora_id=event.lora_id,
+                           medium=event.medium, lora_name=event.lora_name)
+    if isinstance(event, ev.BlockRemoved):
+        return BlockRemoved(block_hashes=list(event.block_hashes), medium=event.medium)
+    if isinstance(event, ev.AllBlocksCleared):
+        return AllBlocksCleared()
+    if isinstance(event, ev.ResumePointStored):
+        return ResumePointStored(block_hash=event.block_hash, position_tokens=event.position_tokens,
+                                 medium=event.medium)
+    if isinstance(event, ev.ResumePointRemoved):
+        return ResumePointRemoved(block_hashes=list(event.block_hashes), medium=event.medium)
+    return EventsLost(count=event.count)
+
+
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODER = msgspec.msgpack.Decoder(WireBatch)
+
+
+def encode_batch(events: list[ev.KVEvent], *, hkv_events: bool = True, rank: int | None = None) -> bytes:
+    """msgpack bytes of one batch of `events` (hkv's own kinds left out unless `hkv_events`)."""
+    kept = [to_wire(e) for e in events if hkv_events or not isinstance(e, HKV_ONLY)]
+    return _ENCODER.encode(WireBatch(ts=time.time(), events=kept, data_parallel_rank=rank))
+
+
+def decode_batch(payload: bytes) -> WireBatch:
+    """A batch from its bytes (msgspec.ValidationError / DecodeError when malformed)."""
+    return _DECODER.decode(payload)

@@ -1,0 +1,85 @@
+"""The ZeroMQ publisher: a subscriber receives every batch, in order, and decodes the events it was sent."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+zmq = pytest.importorskip("zmq", reason="the events extra (pyzmq) is not installed")
+pytest.importorskip("msgspec", reason="the events extra (msgspec) is not installed")
+
+from hkv_core.events import AllBlocksCleared, BlockStored, ResumePointStored  # noqa: E402
+from hkv_core.layout import Layout  # noqa: E402
+from hkv_core.manager import CacheManager, ManagerConfig  # noqa: E402
+from hkv_core.plan import Completion  # noqa: E402
+from hkv_events import (  # noqa: E402
+    ZmqEventPublisher,
+    decode_batch,
+    encode_batch,
+    wire,  # noqa: E402
+)
+
+TOPIC = "kv@instance-0"
+
+
+def served(m: CacheManager, tokens: np.ndarray) -> None:
+    rid = m.add_request(tokens)
+    hit = m.match(rid)
+    m.acquire(rid, hit)
+    alloc = m.allocate(rid, len(tokens) - hit.tokens)
+    if alloc.plan is not None:
+        m.complete(alloc.plan.plan_id, Completion())
+    m.commit(rid, len(tokens) - hit.tokens)
+    m.release(rid)
+
+
+def receive(sub: zmq.Socket[bytes], pub: ZmqEventPublisher, events: list[object]) -> tuple[int, bytes]:
+    """Publish `events` until the subscriber (slow to join) gets one; (sequence, payload) received."""
+    for _ in range(100):
+        pub.publish(events)  # type: ignore[arg-type]
+        if sub.poll(50):
+            topic, seq, payload = sub.recv_multipart()
+            assert topic == TOPIC.encode()
+            return int.from_bytes(seq, "big"), payload
+    raise AssertionError("the subscriber never received a batch")
+
+
+def test_a_subscriber_decodes_the_managers_events_in_order() -> None:
+    m = CacheManager(Layout.from_preset("tiny_v4", block_tokens=8), ManagerConfig(seed=1, kv_events=True))
+    context = zmq.Context()
+    with ZmqEventPublisher("tcp://127.0.0.1:*", topic=TOPIC, context=context) as pub:
+        sub = context.socket(zmq.SUB)
+        sub.connect(pub.endpoint)
+        sub.setsockopt(zmq.SUBSCRIBE, TOPIC.encode())
+        first, _ = receive(sub, pub, [AllBlocksCleared()])
+        served(m, np.arange(200))
+        sent = m.take_events()
+        assert {type(e) for e in sent} == {BlockStored, ResumePointStored}
+        seq = pub.publish(sent)
+        assert sub.poll(2000)
+        _, seq_bytes, payload = sub.recv_multipart()
+        assert int.from_bytes(seq_bytes, "big") == seq == first + 1  # consecutive: nothing missed
+        batch = decode_batch(payload)
+        assert batch.events == [wire.to_wire(e) for e in sent]
+        stored = batch.events[0]
+        assert isinstance(stored, wire.BlockStored)
+        assert stored.token_ids == list(range(len(stored.block_hashes) * 8))
+        sub.close(linger=0)
+    context.term()
+
+
+def test_vllm_only_batches_leave_hkvs_own_kinds_out() -> None:
+    events = [BlockStored(block_hashes=(b"k" * 16,), parent_block_hash=None, token_ids=tuple(range(8)),
+                          block_size=8),
+              ResumePointStored(block_hash=b"k" * 16, position_tokens=8)]
+    assert [type(e).__name__ for e in decode_batch(encode_batch(events)).events] == ["BlockStored",
+                                                                                    "ResumePointStored"]
+    assert [type(e).__name__ for e in decode_batch(encode_batch(events, hkv_events=False)).events] == [
+        "BlockStored"]
+
+
+def test_a_malformed_payload_is_refused() -> None:
+    import msgspec
+
+    with pytest.raises(msgspec.DecodeError):
+        decode_batch(b"\xc1 not msgpack")
