@@ -20,13 +20,18 @@ class Layout:
 
     ``groups`` / ``pools`` cover the main layers (ids ``0 .. main_layers - 1``);
     ``mtp_groups`` / ``mtp_pools`` the MTP (draft) layers that follow, whose
-    state is needed only when speculating.  ``window_tokens`` is the model's
-    sliding window (0: none).  Built only by ``from_hf_config`` / ``from_preset``
-    after full validation.
+    state is needed only when speculating.  ``model_type`` is the config's HF
+    type, ``family`` how it caches (``deepseek_v4``, ``mla``, ``standard``: see
+    ``docs/models.md``).  ``num_key_value_heads`` and ``head_dim`` describe one
+    cached token: for V4 and MLA one latent of ``head_dim`` values (MLA:
+    ``kv_lora_rank + qk_rope_head_dim``), else K and V per KV head.
+    ``window_tokens`` is the model's largest sliding window (0: none).  Built
+    only by ``from_hf_config`` / ``from_preset`` after full validation.
     """
 
     name: str
     source: str
+    model_type: str
     family: str
     main_layers: int
     mtp_layers: int
@@ -65,6 +70,8 @@ class Layout:
     ) -> Layout:
         """Build from a Hugging Face style config dict (raises ``ConfigError``).
 
+        The config must name a supported ``model_type``; every size in it is
+        bounded and checked before anything is built (``docs/models.md``).
         ``block_tokens`` overrides the config's ``hkv.block_tokens`` (default 256);
         ``source`` names the config in errors (default: ``name``).
         """
@@ -72,7 +79,8 @@ class Layout:
         groups, mtp_groups = build_groups(cfg, draft=False), build_groups(cfg, draft=True)
         g = cfg.geometry
         return cls(
-            name=name, source=cfg.source, family=g.family, main_layers=cfg.main_layers,
+            name=name, source=cfg.source, model_type=cfg.model_type, family=g.family.value,
+            main_layers=cfg.main_layers,
             mtp_layers=cfg.mtp_layers, hidden_size=cfg.hidden_size,
             num_attention_heads=cfg.num_attention_heads, num_key_value_heads=g.num_key_value_heads,
             head_dim=g.head_dim, rope_head_dim=g.rope_head_dim, vocab_size=cfg.vocab_size,

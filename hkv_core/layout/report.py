@@ -17,7 +17,7 @@ from hkv_core.layout.records import LayerGroup, PoolSpec
 from hkv_core.layout.resume import GroupRequirements, TailRows, resume_requirements
 from hkv_core.layout.text import format_report_text
 
-REPORT_SCHEMA = "hkv.inspect/v1"
+REPORT_SCHEMA = "hkv.inspect/v1"  # the format tag of `hkv inspect --json`
 CONFIG_SUFFIXES = (".json", ".toml")
 PADDING_NOTE = ("tail_rows.padding overlap rows are the padding sentinel (a = 0, z = -inf):"
                 " no compressed block is complete yet")
@@ -52,6 +52,7 @@ def _layout_dict(layout: Layout) -> dict[str, Any]:
         "schema": REPORT_SCHEMA,
         "model": layout.name,
         "source": layout.source,
+        "model_type": layout.model_type,
         "family": layout.family,
         "main_layers": layout.main_layers,
         "mtp_layers": layout.mtp_layers,

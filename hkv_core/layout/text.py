@@ -13,7 +13,8 @@ def format_report_text(report: Mapping[str, Any]) -> str:
     """Render the report as lines of aligned text tables."""
     mtp = f" (+{report['mtp_layers']} MTP)" if report["mtp_layers"] else ""
     lines = [
-        f"model {report['model']} ({report['family']}, from {report['source']})",
+        f"model {report['model']} ({report['model_type']}, {report['family']} family,"
+        f" from {report['source']})",
         f"main layers {report['main_layers']}{mtp}, window {report['window_tokens']} tokens,"
         f" block {report['block_tokens']} tokens, kv {report['kv_dtype']},"
         f" alignment {report['alignment_bytes']} bytes",

@@ -19,7 +19,8 @@ from hkv_core.layout import (
 from hkv_core.layout.report import format_report_text, inspect_report, load_layout
 from hkv_core.spec_paths import specs_dir
 
-PRESETS = ["deepseek_v4_flash", "deepseek_v4_pro", "llama_full", "swa_full", "tiny_v4"]
+PRESETS = ["deepseek_v4_flash", "deepseek_v4_pro", "llama_full", "swa_full", "tiny_v4", "tiny_csa",
+           "deepseek_v3", "qwen_full", "mistral_swa"]
 
 
 def kinds(layout: Layout) -> list[tuple[str, int, int]]:
@@ -108,6 +109,36 @@ def test_swa_full_alternates_sliding_and_full_groups() -> None:
     assert [p.object_kind for p in layout.pools_of("full")] == [ObjectKind.COMPRESSED_KV]
     assert layout.group("full").window_tokens == 0 and layout.window_tokens == 128
     assert layout.pool("swa.swa_window").entry_shape == (2, 8, 64)
+
+
+def test_deepseek_v3_caches_one_576_wide_latent_per_token_and_layer() -> None:
+    layout = Layout.from_preset("deepseek_v3")
+    assert (layout.model_type, layout.family) == ("deepseek_v3", "mla")
+    assert kinds(layout) == [("FULL", 1, 61)] and [g.name for g in layout.mtp_groups] == ["mtp_full"]
+    assert (layout.num_key_value_heads, layout.head_dim, layout.rope_head_dim) == (1, 576, 64)
+    (pool,) = layout.pools
+    assert (pool.object_kind, pool.entry_shape, pool.entry_bytes) == (ObjectKind.COMPRESSED_KV, (576,), 1152)
+    assert pool.abi_id == "compressed_kv/bf16/[576]/e64/v1" and pool.tokens_per_page == 64
+    assert layout.bytes_per_token(ObjectKind.COMPRESSED_KV) == 61 * 576 * 2  # 70,272: not 61 * 2 * 128 * 56 * 2
+    assert layout.mtp_pools[0].entry_shape == (576,) and layout.window_tokens == 0
+    (req,) = inspect_report(layout, 1000)["resume"]["groups"]
+    assert (req["compressed_entries"], req["window_rows"], req["bytes"]) == (1000, 0, 61 * 1000 * 1152)
+
+
+def test_qwen_full_is_full_attention_although_it_names_a_window() -> None:
+    layout = Layout.from_preset("qwen_full")
+    assert kinds(layout) == [("FULL", 1, 28)] and layout.window_tokens == 0
+    assert (layout.num_attention_heads, layout.num_key_value_heads, layout.head_dim) == (28, 4, 128)
+    assert layout.pool("full.compressed_kv").entry_shape == (2, 4, 128)
+    assert layout.bytes_per_token(ObjectKind.COMPRESSED_KV) == 28 * 2 * 4 * 128 * 2
+
+
+def test_mistral_swa_keeps_only_a_window_in_every_layer() -> None:
+    layout = Layout.from_preset("mistral_swa")
+    assert kinds(layout) == [("SWA", 0, 32)] and layout.window_tokens == 4096
+    assert [p.object_kind for p in layout.pools] == [ObjectKind.SWA_WINDOW]
+    (req,) = inspect_report(layout, 5000)["resume"]["groups"]
+    assert req["window_rows"] == 4095 and req["window_tokens"] == [905, 5000]
 
 
 def test_tiny_v4() -> None:

@@ -1,4 +1,6 @@
-"""Every malformed config raises ConfigError naming its source and the offending key."""
+"""Every malformed config raises ConfigError naming its source and the offending key.
+
+Bounds (each size's upper limit) are tested in test_config_bounds.py."""
 
 from __future__ import annotations
 
@@ -86,10 +88,55 @@ CASES: list[tuple[str, str, Edit, str]] = [
     ("llama_full", "head dim not derivable",
      drop_head_dim_and_set_hidden(4097), "head_dim"),
     ("llama_full", "kv heads 0", setter("num_key_value_heads", 0), "num_key_value_heads"),
-    ("llama_full", "all-sliding window 1", setter("sliding_window", 1), "sliding_window"),
-    ("llama_full", "use_sliding_window str",
-     updater(sliding_window=64, use_sliding_window="yes"), "use_sliding_window"),
+    ("mistral_swa", "all-sliding window 1", setter("sliding_window", 1), "sliding_window"),
+    ("qwen_full", "use_sliding_window str", setter("use_sliding_window", "yes"), "use_sliding_window"),
     ("llama_full", "vocab negative", setter("vocab_size", -1), "vocab_size"),
+    # the model type: required, known, a string
+    ("llama_full", "model type missing", deleter("model_type"), "model_type"),
+    ("llama_full", "model type null", setter("model_type", None), "model_type"),
+    ("llama_full", "model type unknown", setter("model_type", "gemma7"), "model_type"),
+    ("llama_full", "model type number", setter("model_type", 3), "model_type"),
+    ("deepseek_v3", "deepseek_v3.2 is not deepseek_v3", setter("model_type", "deepseek_v32"), "model_type"),
+    # keys that contradict the type
+    ("deepseek_v4_flash", "v4 compress_ratio for compress_ratios",
+     lambda c: c.update(compress_ratio=c.pop("compress_ratios")), "compress_ratio"),
+    ("deepseek_v4_flash", "v4 without compress_ratios", deleter("compress_ratios"), "compress_ratios"),
+    ("deepseek_v4_flash", "v4 eight kv heads", setter("num_key_value_heads", 8), "num_key_value_heads"),
+    ("deepseek_v4_flash", "v4 layer_types", setter("layer_types", ["full_attention"] * 43), "layer_types"),
+    ("deepseek_v4_flash", "v4 kv_lora_rank", setter("kv_lora_rank", 512), "kv_lora_rank"),
+    ("deepseek_v3", "mla without kv_lora_rank", deleter("kv_lora_rank"), "kv_lora_rank"),
+    ("deepseek_v3", "mla without qk_rope_head_dim", deleter("qk_rope_head_dim"), "qk_rope_head_dim"),
+    ("deepseek_v3", "mla without qk_nope_head_dim", deleter("qk_nope_head_dim"), "qk_nope_head_dim"),
+    ("deepseek_v3", "mla without v_head_dim", deleter("v_head_dim"), "v_head_dim"),
+    ("deepseek_v3", "mla kv_lora_rank 0", setter("kv_lora_rank", 0), "kv_lora_rank"),
+    ("deepseek_v3", "mla with compress_ratios", setter("compress_ratios", [4] * 61), "compress_ratios"),
+    ("deepseek_v3", "mla with index_topk", setter("index_topk", 2048), "index_topk"),
+    ("deepseek_v3", "mla with sliding_window", setter("sliding_window", 4096), "sliding_window"),
+    ("deepseek_v3", "mla with layer_types", setter("layer_types", ["full_attention"] * 61), "layer_types"),
+    ("deepseek_v3", "mla kv heads above heads", setter("num_key_value_heads", 256), "num_key_value_heads"),
+    ("llama_full", "llama with compress_ratios", setter("compress_ratios", [0] * 32), "compress_ratios"),
+    ("llama_full", "llama with compress_ratio", setter("compress_ratio", 4), "compress_ratio"),
+    ("llama_full", "llama with kv_lora_rank", setter("kv_lora_rank", 512), "kv_lora_rank"),
+    ("llama_full", "llama with sliding_window", setter("sliding_window", 4096), "sliding_window"),
+    ("llama_full", "llama with layer_types", setter("layer_types", ["full_attention"] * 32), "layer_types"),
+    ("mistral_swa", "mistral with layer_types", setter("layer_types", ["sliding_attention"] * 32),
+     "layer_types"),
+    ("swa_full", "gpt_oss without layer_types", deleter("layer_types"), "layer_types"),
+    ("qwen_full", "qwen sliding without max_window_layers",
+     lambda c: c.update(use_sliding_window=True, max_window_layers=None), "max_window_layers"),
+    ("qwen_full", "qwen sliding without a window",
+     updater(use_sliding_window=True, max_window_layers=4, sliding_window=None), "sliding_window"),
+    ("qwen_full", "qwen sliding layer_types with use_sliding_window false",
+     setter("layer_types", ["sliding_attention"] * 28), "layer_types"),
+    # impossible head counts and widths
+    ("llama_full", "kv heads above heads", setter("num_key_value_heads", 64), "num_key_value_heads"),
+    ("llama_full", "heads not a multiple of kv heads", setter("num_key_value_heads", 6),
+     "num_key_value_heads"),
+    ("qwen_full", "hidden not divisible by heads", setter("hidden_size", 3585), "head_dim"),
+    ("llama_full", "derived head_dim too wide",
+     lambda c: c.update(head_dim=None, num_attention_heads=1, num_key_value_heads=1, hidden_size=1 << 17),
+     "head_dim"),
+    ("tiny_v4", "v4 rope wider than head", setter("qk_rope_head_dim", 17), "qk_rope_head_dim"),
 ]
 
 

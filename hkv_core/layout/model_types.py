@@ -1,0 +1,96 @@
+"""The Hugging Face ``model_type`` values hkv reads, and what each one's config must not carry.
+
+``MODEL_TYPES`` is the one table of supported types (``docs/models.md`` lists
+it): each names a cache family and, for the standard family, where its
+sliding windows come from.  A config is read by its ``model_type`` alone,
+never guessed from which keys happen to be present.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import attrs
+
+
+class Family(StrEnum):
+    """How a model caches K and V (``Layout.family``)."""
+
+    DEEPSEEK_V4 = "deepseek_v4"  # per-layer compress_ratios: SWA / CSA / HCA, one latent, a window on every layer
+    MLA = "mla"  # multi-head latent attention: one kv_lora_rank + qk_rope_head_dim latent per token
+    STANDARD = "standard"  # MHA / GQA / MQA: K and V per KV head, full or sliding-window layers
+
+
+class Sliding(StrEnum):
+    """Where a standard-family config says which layers use a sliding window."""
+
+    NONE = "none"  # every layer is full attention
+    EVERY_LAYER = "every_layer"  # sliding_window, when set, applies to every layer (Mistral)
+    LAYER_TYPES = "layer_types"  # layer_types names each layer sliding or full (gpt-oss)
+    QWEN = "qwen"  # layer_types, else use_sliding_window: layers >= max_window_layers slide
+
+
+@attrs.frozen
+class ModelType:
+    """One supported ``model_type``: its family and, for the standard family, its sliding rule."""
+
+    family: Family
+    sliding: Sliding = Sliding.NONE
+
+
+MODEL_TYPES: dict[str, ModelType] = {
+    "deepseek_v4": ModelType(Family.DEEPSEEK_V4),
+    "deepseek_v2": ModelType(Family.MLA),
+    "deepseek_v3": ModelType(Family.MLA),  # also DeepSeek-R1
+    "kimi_k2": ModelType(Family.MLA),
+    "llama": ModelType(Family.STANDARD),
+    "mistral": ModelType(Family.STANDARD, Sliding.EVERY_LAYER),
+    "mixtral": ModelType(Family.STANDARD, Sliding.EVERY_LAYER),
+    "qwen2": ModelType(Family.STANDARD, Sliding.QWEN),
+    "qwen3": ModelType(Family.STANDARD, Sliding.QWEN),
+    "qwen3_moe": ModelType(Family.STANDARD, Sliding.QWEN),
+    "gpt_oss": ModelType(Family.STANDARD, Sliding.LAYER_TYPES),
+}
+
+_V4_KEYS = {
+    "compress_ratios": "per-layer compression belongs to deepseek_v4",
+    "compress_ratio": "not a known config key; deepseek_v4 uses compress_ratios",
+    "index_n_heads": "the lightning indexer belongs to deepseek_v4",
+    "index_head_dim": "the lightning indexer belongs to deepseek_v4",
+    "index_topk": "the lightning indexer belongs to deepseek_v4",
+}
+_MLA_KEYS = {"kv_lora_rank": "a latent KV cache belongs to the MLA types (deepseek_v2, deepseek_v3, kimi_k2)"}
+_SLIDING_KEYS = {
+    "sliding_window": "this type has no sliding-window layers",
+    "layer_types": "this type has no per-layer attention types",
+}
+
+# Keys whose (non-null) presence contradicts a family: hkv would ignore them and misread the model.
+FOREIGN_KEYS: dict[Family, dict[str, str]] = {
+    Family.DEEPSEEK_V4: {**_MLA_KEYS, "compress_ratio": _V4_KEYS["compress_ratio"],
+                         "layer_types": "deepseek_v4 layers are typed by compress_ratios"},
+    Family.MLA: {**_V4_KEYS, **_SLIDING_KEYS},
+    Family.STANDARD: {**_V4_KEYS, **_MLA_KEYS},
+}
+# Further keys a standard-family type's sliding rule refuses.
+SLIDING_FOREIGN_KEYS: dict[Sliding, dict[str, str]] = {
+    Sliding.NONE: _SLIDING_KEYS,
+    Sliding.EVERY_LAYER: {"layer_types": "this type's sliding_window applies to every layer"},
+    Sliding.LAYER_TYPES: {},
+    Sliding.QWEN: {},
+}
+
+assert set(SLIDING_FOREIGN_KEYS) == set(Sliding) and set(FOREIGN_KEYS) == set(Family)
+assert all(t.sliding is Sliding.NONE for t in MODEL_TYPES.values() if t.family is not Family.STANDARD)
+
+
+def supported_model_types() -> str:
+    """The supported ``model_type`` values, comma separated (for messages)."""
+    return ", ".join(sorted(MODEL_TYPES))
+
+
+def foreign_keys(model_type: ModelType) -> dict[str, str]:
+    """The keys a config of ``model_type`` must not carry, with why."""
+    if model_type.family is not Family.STANDARD:
+        return FOREIGN_KEYS[model_type.family]
+    return {**FOREIGN_KEYS[model_type.family], **SLIDING_FOREIGN_KEYS[model_type.sliding]}
