@@ -118,7 +118,7 @@ def check_tokens(m: CacheManager, events: list[KVEvent]) -> None:
 
 def manager(preset: str, pages: int) -> CacheManager:
     return CacheManager(Layout.from_preset(preset, block_tokens=8),
-                        ManagerConfig(seed=SEED, kv_events=True, default_pool_pages=pages, retain_every_blocks=2))
+                        ManagerConfig(key_seed=SEED, kv_events=True, default_pool_pages=pages, retain_every_blocks=2))
 
 
 def serve(m: CacheManager, tokens: np.ndarray, chunks: int) -> bool:
@@ -213,7 +213,7 @@ def test_a_broken_log_is_caught(broken: type[EventLog], ops: list[tuple[str, int
 
 
 def test_events_are_off_by_default_and_cost_nothing() -> None:
-    m = CacheManager(Layout.from_preset("tiny_v4"), ManagerConfig(seed=SEED))
+    m = CacheManager(Layout.from_preset("tiny_v4"), ManagerConfig(key_seed=SEED))
     assert m.core.index.log is None
     with pytest.raises(ConfigError) as err:
         m.take_events()
@@ -222,7 +222,7 @@ def test_events_are_off_by_default_and_cost_nothing() -> None:
 
 def test_a_full_log_drops_the_oldest_and_says_how_many() -> None:
     m = CacheManager(Layout.from_preset("tiny_v4", block_tokens=8),
-                     ManagerConfig(seed=SEED, kv_events=True, max_pending_events=1))
+                     ManagerConfig(key_seed=SEED, kv_events=True, max_pending_events=1))
     serve(m, np.arange(100), 2)  # two chunks: two BlockStored records and resume points, more than 1
     events = m.take_events()
     assert isinstance(events[0], EventsLost) and events[0].count > 0

@@ -45,7 +45,7 @@ def receive(sub: zmq.Socket[bytes], pub: ZmqEventPublisher, events: list[object]
 
 
 def test_a_subscriber_decodes_the_managers_events_in_order() -> None:
-    m = CacheManager(Layout.from_preset("tiny_v4", block_tokens=8), ManagerConfig(seed=1, kv_events=True))
+    m = CacheManager(Layout.from_preset("tiny_v4", block_tokens=8), ManagerConfig(key_seed=1, kv_events=True))
     context = zmq.Context()
     with ZmqEventPublisher("tcp://127.0.0.1:*", topic=TOPIC, context=context) as pub:
         sub = context.socket(zmq.SUB)
