@@ -14,8 +14,9 @@ from hkv_core.layout import format_report_text, inspect_report, load_layout, pre
               help="Also show the state needed to resume at prefix length P.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def inspect_command(config_or_preset: str, prefix_tokens: int | None, as_json: bool) -> None:
-    """Layer groups, pools and bytes per token of CONFIG_OR_PRESET (a config.json or a preset:
-    deepseek_v4_flash, deepseek_v4_pro, tiny_v4, llama_full, swa_full)."""
+    """Layer groups, pools and bytes per token of CONFIG_OR_PRESET: a Hugging Face config.json
+    (or its directory) of a supported model_type (docs/models.md), or a preset: deepseek_v4_flash,
+    deepseek_v4_pro, deepseek_v3, llama_full, qwen_full, mistral_swa, swa_full, tiny_v4, tiny_csa."""
     report = inspect_report(load_layout(config_or_preset), prefix_tokens)
     if as_json:
         print_json(report)
