@@ -60,11 +60,14 @@ import xxhash
 
 from hkv_core.errors import ConfigError, InvalidTokens, UnitError
 
+__all__ = ["ALGORITHMS", "CONTEXT_MEMO", "KEY_BYTES", "KEY_DTYPE", "NO_EXTRA", "SEED_LIMIT", "TOKEN_BYTES",
+           "TOKEN_ID_LIMIT", "BlockHasher", "ExtraKeys", "checked_tokens", "key_bytes", "keys_as_void"]
+
 KEY_BYTES = 16  # one block key: 128 bits
 TOKEN_BYTES = 4  # tokens are hashed as little-endian 32-bit ids
 TOKEN_ID_LIMIT = 2**31  # token ids lie in [0, TOKEN_ID_LIMIT)
 SEED_LIMIT = 2**64  # seeds lie in [0, SEED_LIMIT)
-ALGORITHMS = ("xxh3_128", "sha256")
+ALGORITHMS = ("xxh3_128", "sha256")  # what a BlockHasher hashes with (xxh3_128 unless asked)
 KEY_DTYPE = np.dtype("<u8")  # each key is two little-endian 64-bit words
 CONTEXT_MEMO = 256  # salts and adapters whose key context a hasher remembers
 _CHUNK_BYTES = 64 * 1024  # token bytes hashed per chunk (temporaries stay small and reused)
@@ -169,7 +172,7 @@ class ExtraKeys:
         return _EXTRA_TAG + self.shared_encoding() + _encode_items(self.mm_keys)
 
 
-NO_EXTRA = ExtraKeys()
+NO_EXTRA = ExtraKeys()  # no salt, no LoRA adapter, no multimodal items
 
 
 # ------------------------------------------------------------------ tokens

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+__all__ = ["AdmissionRejected", "CacheBusy", "ConfigError", "HkvError", "IllegalTransition", "InvalidRequestState",
+           "InvalidTokens", "InvariantViolation", "MissingDependency", "OutOfPages", "SpecError", "StaleLease",
+           "UnitError", "UnknownPlan", "UnknownPool", "UnknownRequest"]
+
 
 class HkvError(Exception):
     """Base class: ``fields`` holds the structured details named in the message."""

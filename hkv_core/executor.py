@@ -34,6 +34,8 @@ from numpy.typing import ArrayLike, NDArray
 from hkv_core.layout import PoolSpec
 from hkv_core.plan import Completion, Plan
 
+__all__ = ["Executor", "PlanAuthority", "PoolBinding", "TrustingAuthority"]
+
 
 @attrs.frozen(kw_only=True)
 class PoolBinding:

@@ -34,8 +34,11 @@ import attrs
 
 from hkv_core.units import NULL_PAGE
 
+__all__ = ["DIGEST_BYTES", "JSON_FORMAT", "NO_PLAN", "OP_TYPES", "Checksum", "Completion", "CopyPages", "FillPages",
+           "LoadRecord", "Op", "Plan", "StoreRecord", "VersionCheck", "page_digest", "version_checks"]
+
 DIGEST_BYTES = 16  # blake2b-128 per page: collisions are not a concern for checksums of cache pages
-JSON_FORMAT = "hkv.plan/v2"
+JSON_FORMAT = "hkv.plan/v2"  # the format tag Plan.to_json writes and from_json checks
 NO_PLAN = -1  # plan_id of a plan the manager did not issue (built by hand, for tests or replay)
 
 
@@ -109,7 +112,8 @@ class LoadRecord:
         assert NULL_PAGE not in self.pages, "nothing is ever loaded into the NULL page"
 
 
-Op = CopyPages | FillPages | Checksum | StoreRecord | LoadRecord
+Op = CopyPages | FillPages | Checksum | StoreRecord | LoadRecord  # any op a plan may hold
+# op class by name, for from_json
 OP_TYPES: dict[str, type[Op]] = {t.__name__: t for t in (CopyPages, FillPages, Checksum, StoreRecord, LoadRecord)}
 
 

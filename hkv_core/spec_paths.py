@@ -13,6 +13,8 @@ from pathlib import Path
 import hkv_core
 from hkv_core.errors import SpecError
 
+__all__ = ["presets_dir", "specs_dir"]
+
 INSTALLED_SPECS_NAME = "_specs"
 REPOSITORY_SPECS_NAME = "specs"
 

@@ -30,6 +30,14 @@ import numpy as np
 
 from hkv_core.errors import UnitError
 
+__all__ = ["MIN_HCA_RATIO", "NO_WINDOW_TOKENS", "NULL_PAGE", "OVERLAP_FACTOR", "OVERLAP_RATIO", "TOKENS_PER_ROW",
+           "aligned_entries_per_page", "as_count", "bytes_for_entries", "checked_ratio", "compressed_entries",
+           "entries_for_pages", "entry_last_token", "entry_start_token", "entry_tokens", "is_supported_ratio",
+           "overlap_factor", "page_index_for_entry", "pages_for_entries", "pages_for_tokens", "tail_overlap_rows",
+           "tail_padding_rows", "tail_remainder_rows", "tail_rows", "tail_rows_max", "tail_start_token",
+           "tokens_per_entry", "tokens_per_page", "visible_entries", "window_rows", "window_rows_max",
+           "window_start_token"]
+
 OVERLAP_RATIO = 4  # the only ratio whose compressor windows overlap (c = 2)
 OVERLAP_FACTOR = 2  # c for the overlapping ratio: (a, z) rows are c*d wide
 MIN_HCA_RATIO = 8  # smallest heavily-compressed ratio; HCA ratios are powers of two

@@ -16,6 +16,8 @@ import zmq
 from hkv_core import events as ev
 from hkv_events.wire import encode_batch
 
+__all__ = ["DEFAULT_HWM", "ZmqEventPublisher"]
+
 DEFAULT_HWM = 100_000  # messages queued per subscriber before ZeroMQ drops
 
 

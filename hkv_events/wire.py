@@ -17,12 +17,17 @@ import msgspec
 
 from hkv_core import events as ev
 
+__all__ = ["HKV_ONLY", "AllBlocksCleared", "BlockRemoved", "BlockStored", "EventsLost", "ResumePointRemoved",
+           "ResumePointStored", "WireBatch", "WireEvent", "decode_batch", "encode_batch", "to_wire"]
+
 
 class _Event(msgspec.Struct, omit_defaults=True, gc=False, tag=True):
     """Base of every wire event (tagged by class name)."""
 
 
 class BlockStored(_Event):
+    """`hkv_core.events.BlockStored` on the wire (vLLM's fields and tag)."""
+
     block_hashes: list[bytes]
     parent_block_hash: bytes | None
     token_ids: list[int]
@@ -33,31 +38,39 @@ class BlockStored(_Event):
 
 
 class BlockRemoved(_Event):
+    """`hkv_core.events.BlockRemoved` on the wire (vLLM's fields and tag)."""
+
     block_hashes: list[bytes]
     medium: str | None
 
 
 class AllBlocksCleared(_Event):
-    pass
+    """`hkv_core.events.AllBlocksCleared` on the wire (vLLM's tag)."""
 
 
 class ResumePointStored(_Event):
+    """`hkv_core.events.ResumePointStored` on the wire (hkv's own event)."""
+
     block_hash: bytes
     position_tokens: int
     medium: str | None
 
 
 class ResumePointRemoved(_Event):
+    """`hkv_core.events.ResumePointRemoved` on the wire (hkv's own event)."""
+
     block_hashes: list[bytes]
     medium: str | None
 
 
 class EventsLost(_Event):
+    """`hkv_core.events.EventsLost` on the wire (hkv's own event)."""
+
     count: int
 
 
 WireEvent = BlockStored | BlockRemoved | AllBlocksCleared | ResumePointStored | ResumePointRemoved | EventsLost
-HKV_ONLY = (ev.ResumePointStored, ev.ResumePointRemoved, ev.EventsLost)
+HKV_ONLY = (ev.ResumePointStored, ev.ResumePointRemoved, ev.EventsLost)  # events vLLM's format lacks
 
 
 class WireBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):

@@ -19,6 +19,8 @@ from hkv_core.executor import PlanAuthority, PoolBinding
 from hkv_core.plan import Checksum, Completion, CopyPages, FillPages, LoadRecord, Op, Plan, StoreRecord, page_digest
 from hkv_core.units import NULL_PAGE
 
+__all__ = ["NUMPY_DTYPES", "HostRecord", "RefExecutor", "Tally"]
+
 # bf16 has no NumPy dtype: its bytes are kept as uint16 (the executor only moves bytes).
 NUMPY_DTYPES: dict[str, type[np.generic]] = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16}
 

@@ -41,6 +41,8 @@ WRITE = "write"  # the seed's row writes (not an `Event`: the manager writes row
 
 @attrs.frozen(kw_only=True)
 class Violation:
+    """An invariant that failed in an explored world, with the shortest trace of events that reaches it."""
+
     invariant: str
     message: str
     trace: tuple[str, ...]
@@ -48,6 +50,8 @@ class Violation:
 
 @attrs.frozen(kw_only=True)
 class CheckResult:
+    """What `check` explored (worlds, transitions, invariant evaluations) and every violation it found."""
+
     states_explored: int
     transitions_explored: int
     invariants_checked: int

@@ -16,6 +16,7 @@ raises a typed HkvError and leaves the manager as it was.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
@@ -60,8 +61,7 @@ def _locked(method: Callable[P, R]) -> Callable[P, R]:
                 self._assert_invariants(method.__name__)
             return result
 
-    run.__name__, run.__doc__ = method.__name__, method.__doc__
-    return run
+    return functools.update_wrapper(run, method)  # name, docstring and signature (__wrapped__) of the method
 
 
 class CacheManager:

@@ -10,12 +10,14 @@ from hkv_core.errors import SpecError
 from hkv_core.spec.toml_fields import TableReader, read_toml
 from hkv_core.spec_paths import specs_dir
 
-LAYER_NAMES = ("whole_block", "kernel_abi", "multi_group", "byte_alignment")
+LAYER_NAMES = ("whole_block", "kernel_abi", "multi_group", "byte_alignment")  # the four layers, in the order applied
 REASON_KINDS = frozenset({"shorten", "reject", "rule"})
 
 
 @attrs.frozen(kw_only=True)
 class ReasonSpec:
+    """One reason code of a validation layer: what it does to a hit (shorten, reject, rule) and why."""
+
     code: str
     layer: str
     kind: str
@@ -24,6 +26,8 @@ class ReasonSpec:
 
 @attrs.frozen(kw_only=True)
 class ValidationLayerSpec:
+    """One hit-validation layer: its name, its place in the order, and its reason codes."""
+
     name: str
     order: int
     description: str
@@ -32,6 +36,8 @@ class ValidationLayerSpec:
 
 @attrs.frozen(kw_only=True)
 class ValidationSpec:
+    """The whole `specs/validation.toml`: the four layers in order."""
+
     source: str
     layers: tuple[ValidationLayerSpec, ...]
 

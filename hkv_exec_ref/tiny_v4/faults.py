@@ -31,6 +31,8 @@ from hkv_exec_ref.tiny_v4.state import LayerState, ModelState, TailRows, sentine
 
 
 class Fault(enum.Flag):
+    """Switches that break one piece of a resume state on purpose (see the module docstring); they combine."""
+
     NONE = 0
     DROP_OVERLAP_BLOCK = enum.auto()
     DROP_TAIL = enum.auto()

@@ -59,6 +59,8 @@ class LayerWeights:
 
 @attrs.frozen(kw_only=True)
 class Weights:
+    """Every weight of a TinyV4 model: embedding, one LayerWeights per layer, final norm."""
+
     embed: F32  # (vocab, hidden)
     layers: tuple[LayerWeights, ...]
     final_norm: F32  # (hidden,)

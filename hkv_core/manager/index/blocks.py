@@ -21,8 +21,8 @@ from hkv_core.manager.page_pools import PagePools, PoolSlots
 from hkv_core.spec.names import Event, State
 from hkv_core.spec.table import KindTable
 
-NO_BLOCK = -1
-NO_POINT = -1
+NO_BLOCK = -1  # no block: a root's parent, a missing key
+NO_POINT = -1  # no resume point: a block that ends none
 Index = NDArray[np.intp]
 Attach = tuple[int, Index, NDArray[np.integer], Index, Index | None]  # (column, blocks, objects, distinct, counts)
 

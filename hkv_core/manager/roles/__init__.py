@@ -16,6 +16,7 @@ POINT_ROLES = (PoolRole.WINDOW, PoolRole.TAIL)  # roles whose pools resume point
 
 
 def pools_of(pools: tuple[PoolSlots, ...], role: PoolRole) -> tuple[PoolSlots, ...]:
+    """The page pools of one role, in pool order."""
     return tuple(p for p in pools if p.spec.role is role)
 
 
