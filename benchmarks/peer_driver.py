@@ -1,4 +1,4 @@
-"""hkv's driver for the peer benchmark harness (../shared/peers/bench_peers.py), kept in the project.
+"""hkv's driver for the peer benchmark harness (`bench_peers.py`, outside this repository), kept in the project.
 
 The harness uses this class instead of its built-in one when it runs from the
 project root (it injects `BS`, `np` and `now`).  Same workload and phases as
