@@ -17,6 +17,7 @@ import attrs
 
 from hkv_core import units
 from hkv_core.errors import ConfigError
+from hkv_core.layout.bounds import ALIGNMENT_BYTES_MAX, BLOCK_TOKENS_MAX
 from hkv_core.layout.geometry import Geometry, read_geometry
 from hkv_core.layout.kinds import DEFAULT_KV_DTYPE, DTYPE_BYTES, HF_DTYPES
 from hkv_core.layout.model_types import MODEL_TYPES, ModelType, foreign_keys, supported_model_types
@@ -27,6 +28,8 @@ DEFAULT_ALIGNMENT_BYTES = 4096  # direct I/O alignment: every page can be DMA'd 
 HKV_TABLE = "hkv"  # optional table of hkv-only options inside a config / preset
 HKV_KEYS = ("block_tokens", "alignment_bytes")
 MODEL_TYPE_KEY = "model_type"
+
+assert DEFAULT_BLOCK_TOKENS <= BLOCK_TOKENS_MAX and DEFAULT_ALIGNMENT_BYTES <= ALIGNMENT_BYTES_MAX
 
 
 @attrs.frozen(kw_only=True)

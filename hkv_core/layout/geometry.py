@@ -15,6 +15,8 @@ MTP layers of the MLA and standard families are FULL too.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import attrs
 
 from hkv_core import units
@@ -109,7 +111,7 @@ def _standard_geometry(reader: ConfigReader, sliding: Sliding, layers: tuple[int
     main, mtp = layers
     head_dim = _head_dim(reader, heads, hidden_size)
     kv_heads = reader.integer("num_key_value_heads", minimum=1, default=heads)
-    per_layer = _standard_layers(reader, sliding, main) + [FULL_LAYER] * mtp
+    per_layer = LAYER_READERS[sliding](reader, main) + [FULL_LAYER] * mtp
     return Geometry(
         family=Family.STANDARD, num_key_value_heads=kv_heads, head_dim=head_dim, rope_head_dim=0,
         kv_entry_shape=(2, kv_heads, head_dim), window_tokens=max(w for _, w in per_layer),
@@ -130,30 +132,23 @@ def _head_dim(reader: ConfigReader, heads: int, hidden_size: int) -> int:
     return hidden_size // heads
 
 
-def _standard_layers(reader: ConfigReader, sliding: Sliding, main: int) -> list[tuple[int, int]]:
-    """(compress ratio, window tokens) of each main layer, by the type's sliding rule."""
-    if sliding is Sliding.NONE:
-        return [FULL_LAYER] * main
-    if sliding is Sliding.EVERY_LAYER:
-        return _uniform_layers(reader, main, reader.present("sliding_window"))
-    if sliding is Sliding.LAYER_TYPES or reader.present("layer_types"):
-        return _typed_layers(reader, main, sliding)
-    if not reader.boolean("use_sliding_window", default=False):
-        return [FULL_LAYER] * main
-    first = reader.integer("max_window_layers")  # layers from this one on slide (HF Qwen2 / Qwen3)
-    window = reader.integer("sliding_window", minimum=2)
-    return [FULL_LAYER if layer < first else (0, window) for layer in range(main)]
+LayerReader = Callable[[ConfigReader, int], list[tuple[int, int]]]
 
 
-def _uniform_layers(reader: ConfigReader, main: int, sliding: bool) -> list[tuple[int, int]]:
-    """Every layer sliding (window ``sliding_window``) or every layer full."""
-    if not sliding:
+def _full_layers(reader: ConfigReader, main: int) -> list[tuple[int, int]]:
+    """Every layer full attention (``Sliding.NONE``)."""
+    return [FULL_LAYER] * main
+
+
+def _uniform_layers(reader: ConfigReader, main: int) -> list[tuple[int, int]]:
+    """Every layer sliding when ``sliding_window`` is set, else every layer full (``EVERY_LAYER``)."""
+    if not reader.present("sliding_window"):
         return [FULL_LAYER] * main
     return [(0, reader.integer("sliding_window", minimum=2))] * main
 
 
-def _typed_layers(reader: ConfigReader, main: int, sliding: Sliding) -> list[tuple[int, int]]:
-    """Layers named by ``layer_types``; a Qwen type slides only with ``use_sliding_window``."""
+def _typed_layers(reader: ConfigReader, main: int, *, enabled: bool = True) -> list[tuple[int, int]]:
+    """Layers named by ``layer_types`` (``LAYER_TYPES``); sliding ones need ``enabled``."""
     types = reader.string_list("layer_types")
     if len(types) != main:
         reader.fail("layer_types", f"has {len(types)} entries, num_hidden_layers is {main}")
@@ -163,7 +158,30 @@ def _typed_layers(reader: ConfigReader, main: int, sliding: Sliding) -> list[tup
                         f" known: {[SLIDING, FULL]}")
     if SLIDING not in types:
         return [FULL_LAYER] * main
-    if sliding is Sliding.QWEN and not reader.boolean("use_sliding_window", default=False):
+    if not enabled:
         reader.fail("layer_types", "lists sliding_attention layers but use_sliding_window is not true")
     window = reader.integer("sliding_window", minimum=2)
     return [(0, window) if kind == SLIDING else FULL_LAYER for kind in types]
+
+
+def _qwen_layers(reader: ConfigReader, main: int) -> list[tuple[int, int]]:
+    """HF Qwen2 / Qwen3: ``layer_types`` when given, else layers >= ``max_window_layers`` slide,
+    either only with ``use_sliding_window`` (``QWEN``)."""
+    enabled = reader.boolean("use_sliding_window", default=False)
+    if reader.present("layer_types"):
+        return _typed_layers(reader, main, enabled=enabled)
+    if not enabled:
+        return [FULL_LAYER] * main
+    first = reader.integer("max_window_layers")
+    window = reader.integer("sliding_window", minimum=2)
+    return [FULL_LAYER if layer < first else (0, window) for layer in range(main)]
+
+
+# How each sliding rule reads the (compress ratio, window tokens) of the main layers.
+LAYER_READERS: dict[Sliding, LayerReader] = {
+    Sliding.NONE: _full_layers,
+    Sliding.EVERY_LAYER: _uniform_layers,
+    Sliding.LAYER_TYPES: _typed_layers,
+    Sliding.QWEN: _qwen_layers,
+}
+assert set(LAYER_READERS) == set(Sliding)
