@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from hkv_core.arrays import all_true, distinct
+from hkv_core.arrays import distinct
 from hkv_core.manager.index import NO_POINT
 from hkv_core.manager.page_pools import NULL_OBJECT, PoolSlots
 from hkv_core.manager.requests import RequestState, Table
@@ -118,7 +118,7 @@ class WindowRole(Role):
         for i, pool in enumerate(self.pools):
             objs, covered = moves.spans[pool.index] = self._spans(i, req, due)  # take_points reads them again
             usable = self.owned(req, objs) | o.published[o.code[objs]]  # NULL_OBJECT: neither, so only uncovered
-            ok &= all_true(usable | ~covered, axis=1)
+            ok &= np.logical_and.reduce(usable | ~covered, axis=1)
         return ok
 
     def take_points(self, req: RequestState, due: NDArray[np.int64], keep: Bools,
