@@ -149,7 +149,7 @@ def shared_pool_pages(requests: int) -> int:
 
 def run_shared(layout: Layout, requests: list[np.ndarray], pool_pages: int, hash_alone: bool = True) -> dict[str, Any]:
     """One run over a fresh manager: per request, per phase nanoseconds; hit tokens; evictions."""
-    m = CacheManager(layout, ManagerConfig(default_pool_pages=pool_pages, seed=SEED))
+    m = CacheManager(layout, ManagerConfig(default_pool_pages=pool_pages, key_seed=SEED))
     core, extra = m.core, ExtraKeys()
     n = len(requests)
     times = {p: np.zeros(n, np.int64) for p in (*PHASES, "hashing")}
@@ -235,7 +235,7 @@ def long_pool_pages(tokens: int) -> int:
 
 def run_long(layout: Layout, tokens: np.ndarray, pool_pages: int) -> dict[str, float]:
     """Times (ms) of one run: first request through chunked prefill, then an identical second request."""
-    m = CacheManager(layout, ManagerConfig(default_pool_pages=pool_pages, seed=SEED))
+    m = CacheManager(layout, ManagerConfig(default_pool_pages=pool_pages, key_seed=SEED))
     core, extra = m.core, ExtraKeys()
     out: dict[str, float] = {}
     gc.collect()
@@ -280,7 +280,7 @@ def run_long(layout: Layout, tokens: np.ndarray, pool_pages: int) -> dict[str, f
 
 def warm_up(layout: Layout) -> None:
     """Run every manager path once (lazy imports, first-call caches) before anything is measured."""
-    m = CacheManager(layout, ManagerConfig(default_pool_pages=1024, seed=SEED))
+    m = CacheManager(layout, ManagerConfig(default_pool_pages=1024, key_seed=SEED))
     tokens = np.random.default_rng(0).integers(0, VOCAB, 2_048, dtype=np.int32)
     for end in (1_024, 2_048, 2_048):
         rid = m.add_request(tokens[:end])
@@ -305,7 +305,7 @@ def measure_long_memory(layout: Layout, tokens: np.ndarray, pool_pages: int) -> 
     tokens and keys) are not index metadata and are not counted.
     """
     blocks = len(tokens) // BLOCK
-    m = CacheManager(layout, ManagerConfig(default_pool_pages=pool_pages, seed=SEED))
+    m = CacheManager(layout, ManagerConfig(default_pool_pages=pool_pages, key_seed=SEED))
     built = m.core.index.nbytes()
     rid = m.add_request(tokens)
     m.acquire(rid, m.match(rid))

@@ -36,7 +36,7 @@ class HkvEngine:
     def __init__(self, pool_blocks: int, max_model_len: int, kind: str = "hkv") -> None:
         self.name, self.preset = kind, self.PRESETS[kind]
         layout = Layout.from_preset(self.preset, block_tokens=BS)
-        self.m = CacheManager(layout, ManagerConfig(default_pool_pages=pool_blocks, seed=1,
+        self.m = CacheManager(layout, ManagerConfig(default_pool_pages=pool_blocks, key_seed=1,
                                                     max_request_tokens=max(max_model_len, 1 << 21)))
         self.sub = dict.fromkeys(HKV_SUBPHASES, 0.0)
         self.stats = self.m.core.stats

@@ -9,9 +9,18 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["AdmissionRejected", "CacheBusy", "ConfigError", "HkvError", "IllegalTransition", "InvalidRequestState",
-           "InvalidTokens", "InvariantViolation", "MissingDependency", "OutOfPages", "SpecError", "StaleLease",
-           "UnitError", "UnknownPlan", "UnknownPool", "UnknownRequest"]
+__all__ = ["AdmissionRejected", "CacheBusy", "ConfigError", "HkvError", "IllegalTransition", "InvalidArgument",
+           "InvalidRequestArgument", "InvalidRequestState", "InvalidTokens", "InvariantViolation", "MetadataTooLarge",
+           "MissingDependency", "OutOfPages", "SpecError", "StaleLease", "UnitError", "UnknownPlan", "UnknownPool",
+           "UnknownRequest", "shown"]
+
+SHOWN_CHARS = 80  # an argument's value is shown in a message up to this many characters of its repr
+
+
+def shown(value: object) -> str:
+    """`repr(value)`, cut to SHOWN_CHARS characters (a message never prints a whole prompt)."""
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS - 3]}..."
 
 
 class HkvError(Exception):
@@ -26,20 +35,44 @@ class HkvError(Exception):
 class SpecError(HkvError):
     """A spec file (lifecycle, validation, preset) is malformed.
 
-    ``file``, ``table`` and ``key`` locate the offending entry.
+    ``file``, ``table`` and ``key`` locate the offending entry; ``kind`` names
+    the object kind whose table it is in (None outside a kind's table).
     """
 
-    def __init__(self, message: str, *, file: str, table: str, key: str) -> None:
-        super().__init__(f"{file} [{table}] {key}: {message}", file=file, table=table, key=key)
-        self.file, self.table, self.key = file, table, key
+    def __init__(self, message: str, *, file: str, table: str, key: str, kind: str | None = None) -> None:
+        where = f"kind {kind!r}, " if kind is not None else ""
+        super().__init__(f"{file} [{table}] {where}{key}: {message}", file=file, table=table, key=key, kind=kind)
+        self.file, self.table, self.key, self.kind = file, table, key, kind
 
 
 class ConfigError(HkvError):
-    """A model config (Hugging Face style dict or preset) is unusable."""
+    """A configuration is unusable: a model config (Hugging Face style dict or preset), a ManagerConfig.
+
+    ``source`` names the configuration, ``key`` the field; ``reason`` is what
+    is wrong with it (the message without the two).
+    """
 
     def __init__(self, message: str, *, source: str, key: str) -> None:
         super().__init__(f"{source}: {key}: {message}", source=source, key=key)
-        self.source, self.key = source, key
+        self.source, self.key, self.reason = source, key, message
+
+
+class MetadataTooLarge(ConfigError):
+    """A manager's tables would take more memory than `ManagerConfig.max_metadata_bytes` allows.
+
+    Raised at construction, before any table is allocated.  ``needed_bytes``
+    is the estimate (`hkv_core.manager.estimate_metadata`), ``limit_bytes``
+    the limit, ``largest`` the table that takes the most.
+    """
+
+    def __init__(self, *, needed_bytes: int, limit_bytes: int, largest: str, largest_bytes: int) -> None:
+        super().__init__(f"the manager's tables need {needed_bytes:,} bytes, more than the limit of {limit_bytes:,} "
+                         f"(the largest: {largest}, {largest_bytes:,} bytes); use smaller pools or caps, "
+                         f"or raise max_metadata_bytes", source="ManagerConfig", key="max_metadata_bytes")
+        self.needed_bytes, self.limit_bytes = needed_bytes, limit_bytes
+        self.largest, self.largest_bytes = largest, largest_bytes
+        self.fields.update(needed_bytes=needed_bytes, limit_bytes=limit_bytes, largest=largest,
+                           largest_bytes=largest_bytes)
 
 
 class IllegalTransition(HkvError):
@@ -112,13 +145,26 @@ class AdmissionRejected(HkvError):
 
 
 class OutOfPages(AdmissionRejected):
-    """A pool (or an index table) cannot supply what an allocation needs, even after eviction; nothing changed."""
+    """A pool (or an index table) cannot supply what an allocation needs, even after eviction; nothing changed.
 
-    def __init__(self, *, pool: str, needed: int, free: int) -> None:
-        super().__init__(cap=f"pages of pool {pool}", limit=free, needed=needed,
-                         detail="evicted every unpinned page; retry after other requests release")
-        self.pool, self.free = pool, free
-        self.fields.update(pool=pool, free=free)
+    ``free``: pages (rows) free now; ``evictable``: how many more eviction
+    could free; ``held``: the rest of the pool, which requests in flight hold
+    (own, pin, or keep on their chains); ``capacity``: the whole pool (None:
+    not given).  The allocation failed because ``free + evictable <
+    needed``, so nothing was evicted: the call changed nothing.
+    """
+
+    def __init__(self, *, pool: str, needed: int, free: int, evictable: int = 0, held: int = 0,
+                 capacity: int | None = None) -> None:
+        cap = f"pages of pool {pool}"
+        advice = ("retry after requests release" if capacity is None or needed <= capacity
+                  else f"the pool has {capacity} in all: allocate fewer tokens at a time, or give it more")
+        HkvError.__init__(self, f"out of pages: {pool} needs {needed}, {free} free, eviction could free {evictable} "
+                                f"more, {held} held by requests in flight; nothing was evicted or changed: {advice}",
+                          cap=cap, limit=free, needed=needed, pool=pool, free=free, evictable=evictable, held=held,
+                          capacity=capacity)
+        self.cap, self.limit, self.needed = cap, free, needed
+        self.pool, self.free, self.evictable, self.held, self.capacity = pool, free, evictable, held, capacity
 
 
 class UnknownRequest(HkvError):
@@ -139,6 +185,33 @@ class InvalidRequestState(HkvError):
         self.request_id, self.action, self.reason = request_id, action, reason
 
 
+class InvalidArgument(HkvError, ValueError):
+    """An argument of a call has the wrong type or is out of range; nothing changed.
+
+    ``action`` names the call, ``argument`` the parameter, ``value`` what was
+    given and ``reason`` what it must be; ``request_id`` is the request the
+    call was about (None when there is none yet, as in ``add_request``).
+    Also a ValueError, as Python's own argument errors are.
+    """
+
+    def __init__(self, *, action: str, argument: str, value: object, reason: str,
+                 request_id: int | None = None) -> None:
+        where = action if request_id is None else f"{action} on request {request_id}"
+        HkvError.__init__(self, f"{where}: {argument}={shown(value)}: {reason}", action=action, argument=argument,
+                          value=value, reason=reason, request_id=request_id)
+        self.action, self.argument, self.value, self.reason = action, argument, value, reason
+        self.request_id = request_id
+
+
+class InvalidRequestArgument(InvalidRequestState, InvalidArgument):  # type: ignore[misc]  # request_id: an int here
+    """A bad argument of a call on a live request (a token count, a hit): an InvalidArgument naming the
+    argument and its value, and an InvalidRequestState (the call on that request was refused)."""
+
+    def __init__(self, *, request_id: int, action: str, argument: str, value: object, reason: str) -> None:
+        InvalidArgument.__init__(self, action=action, argument=argument, value=value, reason=reason,
+                                 request_id=request_id)
+
+
 class UnknownPlan(HkvError):
     """`complete` or `verify` named a plan id the manager has not issued or already completed."""
 
@@ -146,6 +219,15 @@ class UnknownPlan(HkvError):
         super().__init__(f"{action}: plan {plan_id} is not in flight (never issued or already completed)",
                          plan_id=plan_id, action=action)
         self.plan_id, self.action = plan_id, action
+
+
+class CacheBusy(HkvError):
+    """The whole cache cannot be cleared while requests are in flight (their leases pin what they read)."""
+
+    def __init__(self, *, action: str, live_requests: int) -> None:
+        super().__init__(f"{action}: {live_requests} request(s) in flight; release them first",
+                         action=action, live_requests=live_requests)
+        self.action, self.live_requests = action, live_requests
 
 
 class InvariantViolation(HkvError):
@@ -176,12 +258,3 @@ class MissingDependency(HkvError, ImportError):
                          package=package, extra=extra, action=action)
         self.package, self.extra, self.action = package, extra, action
         self.name = package  # ImportError's attribute: the module that could not be imported
-class CacheBusy(HkvError):
-    """The whole cache cannot be cleared while requests are in flight (their leases pin what they read)."""
-
-    def __init__(self, *, action: str, live_requests: int) -> None:
-        super().__init__(f"{action}: {live_requests} request(s) in flight; release them first",
-                         action=action, live_requests=live_requests)
-        self.action, self.live_requests = action, live_requests
-
-

@@ -145,7 +145,7 @@ def seeded_manager(config: ImplCheckConfig) -> CacheManager:
     """The search's start: a manager whose index holds the seeded prompts (each computed whole, then released)."""
     m = CacheManager(Layout.from_preset(config.layout, block_tokens=config.block_tokens),
                      ManagerConfig(default_pool_pages=config.pool_pages, max_requests=config.max_requests,
-                                   retain_every_blocks=config.retain_every_blocks, seed=7))
+                                   retain_every_blocks=config.retain_every_blocks, key_seed=7))
     every = prompts(m.core.block_tokens)
     for i in config.seeded:
         rid = m.add_request(every[i])

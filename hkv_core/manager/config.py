@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+import os
+
 import attrs
 
+from hkv_core.block_keys import ALGORITHMS, SEED_LIMIT
 from hkv_core.errors import ConfigError
+from hkv_core.manager.limits import (
+    MAX_BLOCK_ROWS,
+    MAX_DEVICE_ALIGNMENT_BYTES,
+    MAX_POINT_ROWS,
+    MAX_POOL_PAGES,
+    MAX_REQUEST_TOKENS,
+    MAX_REQUESTS,
+    MAX_RETAIN_EVERY_BLOCKS,
+    METADATA_FALLBACK_BYTES,
+    METADATA_MEMORY_SHARE,
+)
 
 DEFAULT_POOL_PAGES = 4096
 DEFAULT_MAX_REQUESTS = 256
@@ -12,6 +26,24 @@ DEFAULT_RETAIN_EVERY_BLOCKS = 16
 DEFAULT_MAX_REQUEST_TOKENS = 1 << 21  # 2,097,152 tokens: a two-million-token context
 DEFAULT_MAX_PENDING_EVENTS = 4096  # batches of cache events kept for take_events (older ones: counted, dropped)
 DEFAULT_EVICT_SLACK_SHIFT = 6  # an eviction frees 1/64 of a pool beyond what the allocation needs
+DEFAULT_BLOCK_HASH = "xxh3_128"
+UPPER_BOUNDS = {"default_pool_pages": MAX_POOL_PAGES, "pool_pages": MAX_POOL_PAGES, "max_requests": MAX_REQUESTS,
+                "max_request_tokens": MAX_REQUEST_TOKENS, "retain_every_blocks": MAX_RETAIN_EVERY_BLOCKS,
+                "max_blocks": MAX_BLOCK_ROWS, "max_points": MAX_POINT_ROWS}  # every size: docs/limits.md
+
+
+def _hidden(seed: int | None) -> str:
+    """How repr shows the key seed: whether one is set, never its value."""
+    return "None" if seed is None else "<secret>"
+
+
+def default_metadata_limit() -> int:
+    """The default `max_metadata_bytes`: half of physical memory (METADATA_FALLBACK_BYTES where unknown)."""
+    try:
+        physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return METADATA_FALLBACK_BYTES
+    return physical // METADATA_MEMORY_SHARE if physical > 0 else METADATA_FALLBACK_BYTES
 
 
 @attrs.frozen(kw_only=True)
@@ -36,7 +68,21 @@ class ManagerConfig:
       few percent of allocations, in bulk); None evicts exactly the need.
     - `accepted_abi`: abi ids the executor's kernels accept (None: all).
     - `device_alignment_bytes`: device page alignment (None: the layout's).
-    - `seed`: block-key seed (None: a secret random one per manager).
+    - `key_seed`: the block-key seed, an integer in [0, 2**64) (None, the
+      default: a secret random one per manager).  Keys of two managers are
+      comparable only when they share a seed (and `block_hash` and block
+      size): a cache-aware router that compares keys across instances needs
+      one.  The trade-off: whoever knows the seed can compute the key of any
+      prompt, so can precompute keys and collisions for a chosen prompt and,
+      through hits, timing or cache events, probe what another tenant cached;
+      a shared seed must be kept as secret as the prompts (per-tenant salts
+      still separate tenants).  repr never prints it.
+    - `block_hash`: the block-key hash, "xxh3_128" (default) or "sha256"
+      (hkv_core.block_keys).
+    - `max_metadata_bytes`: the most host memory the manager's tables may
+      take (`estimate_metadata`); None: half of physical memory.  A config
+      that needs more is refused with MetadataTooLarge before anything is
+      allocated.
     - `debug_checks`: run `check_invariants` after every call.
     - `kv_events`: record KV cache events for `take_events` (routers); off: none
       recorded, nothing spent.  `max_pending_events`: batches kept between two
@@ -55,7 +101,9 @@ class ManagerConfig:
     evict_slack_shift: int | None = DEFAULT_EVICT_SLACK_SHIFT
     accepted_abi: frozenset[str] | None = None
     device_alignment_bytes: int | None = None
-    seed: int | None = None
+    key_seed: int | None = attrs.field(default=None, repr=_hidden)
+    block_hash: str = DEFAULT_BLOCK_HASH
+    max_metadata_bytes: int | None = None
     debug_checks: bool = False
     kv_events: bool = False
     max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS
@@ -68,16 +116,38 @@ class ManagerConfig:
                   *[(k, v) for k, v in (("max_blocks", self.max_blocks), ("max_points", self.max_points))
                     if v is not None]]
         for key, value in counts:
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"expected an integer >= 1, got {value!r}", source="ManagerConfig", key=key)
+            upper = UPPER_BOUNDS.get(key.split("[")[0])
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1 or (upper and value > upper):
+                bound = f"in [1, {upper:,}]" if upper else ">= 1"
+                raise ConfigError(f"expected an integer {bound}, got {value!r}", source="ManagerConfig", key=key)
         shift = self.evict_slack_shift
         if shift is not None and (not isinstance(shift, int) or isinstance(shift, bool) or not 0 <= shift < 63):
             raise ConfigError(f"expected None or an integer in [0, 63), got {shift!r}", source="ManagerConfig",
                               key="evict_slack_shift")
         alignment = self.device_alignment_bytes
-        if alignment is not None and (alignment < 1 or alignment & (alignment - 1)):
-            raise ConfigError(f"expected a power of two, got {alignment!r}", source="ManagerConfig",
-                              key="device_alignment_bytes")
+        if alignment is not None and (not isinstance(alignment, int) or isinstance(alignment, bool) or alignment < 1
+                                      or alignment & (alignment - 1) or alignment > MAX_DEVICE_ALIGNMENT_BYTES):
+            raise ConfigError(f"expected None or a power of two in [1, {MAX_DEVICE_ALIGNMENT_BYTES:,}], got "
+                              f"{alignment!r}", source="ManagerConfig", key="device_alignment_bytes")
+        self._check_keys()
+
+    def _check_keys(self) -> None:
+        seed = self.key_seed
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_LIMIT):
+            shown = type(seed).__name__ if not isinstance(seed, int) else "an integer out of range"  # never the value
+            raise ConfigError(f"expected None or an integer in [0, 2**64), got {shown}", source="ManagerConfig",
+                              key="key_seed")
+        if self.block_hash not in ALGORITHMS:
+            raise ConfigError(f"unknown block hash {self.block_hash!r}; the choices: {', '.join(ALGORITHMS)}",
+                              source="ManagerConfig", key="block_hash")
+        limit = self.max_metadata_bytes
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+            raise ConfigError(f"expected None or an integer >= 1, got {limit!r}", source="ManagerConfig",
+                              key="max_metadata_bytes")
+
+    def metadata_limit(self) -> int:
+        """`max_metadata_bytes`, or the default (half of physical memory)."""
+        return self.max_metadata_bytes if self.max_metadata_bytes is not None else default_metadata_limit()
 
     def pages_of(self, pool: str) -> int:
         """Real pages of the pool called `pool` (the NULL page not counted)."""

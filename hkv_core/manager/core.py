@@ -21,6 +21,7 @@ from numpy.typing import NDArray
 
 from hkv_core.block_keys import BlockHasher
 from hkv_core.layout import Layout
+from hkv_core.manager import footprint
 from hkv_core.manager.config import ManagerConfig
 from hkv_core.manager.index import EventLog, PrefixIndex
 from hkv_core.manager.lanes import build_lanes
@@ -54,6 +55,7 @@ class Core:
         self.tables: dict[str, KindTable] = compile_lifecycle(self.spec)
         lanes = build_lanes(layout, config)
         self.limits = Limits.of(layout, config, lanes)
+        self.metadata = footprint.checked(layout, config, lanes, self.limits)  # MetadataTooLarge before any table
         self.requests = RequestTable(config.max_requests)
         self.objects = PagePools(lanes, self.tables, self.requests, events_fired(lanes))
         self.pools = self.objects.pools
@@ -62,7 +64,7 @@ class Core:
         self.index = PrefixIndex(self.tables, self.limits, self.objects, block_columns(self.pools),
                                  point_columns(self.pools, layout.block_tokens), self.requests, log)
         self._bind_roles()
-        self.hasher = BlockHasher(block_tokens=layout.block_tokens, seed=config.seed)
+        self.hasher = BlockHasher(block_tokens=layout.block_tokens, seed=config.key_seed, algorithm=config.block_hash)
         self.plans: dict[int, PlanRecord] = {}
         self.next_plan = 0
         self.stats: dict[str, int] = {"evicted_blocks": 0, "evicted_points": 0, "copies": 0, "evictions": 0}

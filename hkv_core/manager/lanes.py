@@ -87,7 +87,13 @@ def _lane_key(spec: PoolSpec, role: PoolRole, pages: int, window: int) -> tuple[
 
 
 def build_lanes(layout: Layout, config: ManagerConfig) -> tuple[LaneSpec, ...]:
-    """The page pools of `layout` (in layout pool order of their first member), sizes from `config`."""
+    """The page pools of `layout` (in layout pool order of their first member), sizes from `config`;
+    ConfigError when `config.pool_pages` names a pool the layout does not have."""
+    known = [spec.name for spec in layout.pools]
+    unknown = sorted(set(config.pool_pages) - set(known))
+    if unknown:
+        raise ConfigError(f"no pool {', '.join(map(repr, unknown))} in layout {layout.name!r}; its pools: "
+                          f"{', '.join(known)}", source="ManagerConfig", key="pool_pages")
     groups: dict[tuple[object, ...], list[PoolSpec]] = {}
     for spec in layout.pools:
         role = ROLE_OF[(spec.object_kind, spec.entry_kind)]

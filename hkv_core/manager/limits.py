@@ -11,11 +11,28 @@ relations between the capacities are asserted here (docs/limits.md).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import attrs
 
-from hkv_core.layout import Layout
-from hkv_core.manager.config import ManagerConfig
-from hkv_core.manager.lanes import LaneSpec
+from hkv_core.errors import ConfigError
+
+if TYPE_CHECKING:  # annotations only: config.py imports this module's bounds
+    from hkv_core.layout import Layout
+    from hkv_core.manager.config import ManagerConfig
+    from hkv_core.manager.lanes import LaneSpec
+
+# -------------------------------------------------------------- upper bounds of the config (ConfigError beyond)
+MAX_POOL_PAGES = 1 << 28  # real pages of one pool (268,435,456)
+MAX_OBJECTS = (1 << 31) - 1  # objects of every pool together, NULL included: ids are int32
+MAX_REQUESTS = 1 << 16  # requests in flight (65,536)
+MAX_REQUEST_TOKENS = 1 << 28  # tokens of one request (268,435,456)
+MAX_BLOCK_ROWS = 1 << 28  # rows of the block table, given or derived (its ids, LRU entries and key slots are int32)
+MAX_POINT_ROWS = 1 << 28  # rows of the resume-point table, given or derived
+MAX_RETAIN_EVERY_BLOCKS = 1 << 28  # beyond a request's longest chain: only prompt ends are kept
+MAX_DEVICE_ALIGNMENT_BYTES = 1 << 30  # device page alignment
+METADATA_MEMORY_SHARE = 2  # default max_metadata_bytes: physical memory / this
+METADATA_FALLBACK_BYTES = 8 << 30  # ... or this where physical memory cannot be read
 
 # -------------------------------------------------------------- named constants
 QUEUE_CHUNK_ENTRIES = 256  # LRU queue entries an eviction walk screens first (doubling after)
@@ -28,6 +45,9 @@ CHAIN_MEMO_ENTRIES = 64  # matched chains remembered by their last block (cleare
 MIN_POOL_PAGES = 2  # the NULL page and one real page
 
 assert QUEUE_CHUNK_ENTRIES <= MAX_QUEUE_CHUNK_ENTRIES and QUEUE_SLACK_DIVISOR >= 1
+assert MAX_POOL_PAGES < MAX_OBJECTS and MAX_RETAIN_EVERY_BLOCKS <= MAX_BLOCK_ROWS
+assert -(-MAX_BLOCK_ROWS * KEY_TABLE_LOAD_DEN // KEY_TABLE_LOAD_NUM) < 1 << 31, "int32 key table slots"
+assert MAX_BLOCK_ROWS + MAX_BLOCK_ROWS // QUEUE_SLACK_DIVISOR < 1 << 31, "int32 LRU queue positions"
 assert 0 < KEY_TABLE_LOAD_NUM < KEY_TABLE_LOAD_DEN
 assert SEARCH_BLOCKS >= 1
 
@@ -54,8 +74,20 @@ class Limits:
 
     @classmethod
     def of(cls, layout: Layout, config: ManagerConfig, lanes: tuple[LaneSpec, ...]) -> Limits:
+        """The capacities, or ConfigError when one is past its bound (derived ones included); scalars only:
+        nothing is allocated here."""
+        objects = 1 + sum(lane.pages - 1 for lane in lanes)
+        if objects > MAX_OBJECTS:
+            raise ConfigError(f"the pools hold {objects:,} objects together, more than {MAX_OBJECTS:,} (int32 ids)",
+                              source="ManagerConfig", key="pool_pages")
         blocks = config.max_blocks or derived_block_rows(layout, config, lanes)
+        if blocks > MAX_BLOCK_ROWS:
+            raise ConfigError(f"the pools back {blocks:,} block rows, more than {MAX_BLOCK_ROWS:,}: "
+                              f"set max_blocks (docs/limits.md)", source="ManagerConfig", key="max_blocks")
         points = config.max_points or derived_point_rows(config, lanes, blocks)
+        if points > MAX_POINT_ROWS:
+            raise ConfigError(f"{points:,} resume-point rows derived, more than {MAX_POINT_ROWS:,}: set max_points",
+                              source="ManagerConfig", key="max_points")
         return cls(pool_pages={lane.name: lane.pages for lane in lanes}, block_rows=blocks, point_rows=points,
                    key_table_slots=key_table_slots(blocks), lru_queue_entries=queue_entries(blocks),
                    max_requests=config.max_requests, max_request_tokens=config.max_request_tokens)

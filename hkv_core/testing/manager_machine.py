@@ -85,7 +85,7 @@ SALTS: tuple[str | None, ...] = (None, "tenant-a", "tenant-b")
 SUFFIX_SEEDS = 4  # few suffixes, so whole prompts repeat too
 SUFFIX_STEPS_MAX = 48  # suffix length in eighths of a block
 DEFAULT_CONFIG: dict[str, Any] = {"default_pool_pages": 32, "max_requests": 6, "retain_every_blocks": 1,
-                                  "seed": 0}
+                                  "key_seed": 0}
 # How allocate / commit size a step.  Hypothesis favours small draws, so 0 is the most useful choice.
 CHUNK_BLOCK, CHUNK_REST, CHUNK_SCALED, CHUNK_ONE = range(4)
 NO_POINT = -1

@@ -26,8 +26,11 @@ import attrs
 import numpy as np
 from numpy.typing import ArrayLike
 
+from hkv_core.block_keys import checked_tokens
+from hkv_core.errors import InvalidArgument, InvalidTokens
 from hkv_core.layout import Layout, load_preset_config
 from hkv_core.manager import Allocation, CacheManager, Hit, ManagerConfig
+from hkv_core.manager.admit import as_token_array
 from hkv_exec_ref.engine import state_io
 from hkv_exec_ref.engine.results import ServeResult, cached_by_kind
 from hkv_exec_ref.executor import RefExecutor
@@ -75,16 +78,20 @@ class Engine:
         """The tiny_v4 layout, a RefExecutor, a CacheManager(ManagerConfig(**limits)) and TinyV4(seed)."""
         layout = Layout.from_preset(TINY_PRESET)
         model = TinyV4(Config.from_hf_config(load_preset_config(TINY_PRESET), seed=seed))
-        config = ManagerConfig(**{"seed": seed, **TINY_DEFAULTS, **limits})
+        config = ManagerConfig(**{"key_seed": seed, **TINY_DEFAULTS, **limits})
         return cls(model, CacheManager(layout, config), RefExecutor(), faults=faults, check_states=check_states)
 
     # -- serving ----------------------------------------------------------------------------
 
     def generate(self, prompt_tokens: ArrayLike, max_new_tokens: int, *, chunk_tokens: int | None = None,
                  cache_salt: str | None = None) -> ServeResult:
-        """Serve one request through the cache; the request is released even on errors."""
+        """Serve one request through the cache; the request is released even on errors.  InvalidTokens for a
+        prompt that is empty, not 1-D, not integers or past the vocabulary; InvalidArgument for a negative
+        `max_new_tokens` or a `chunk_tokens` below 1 (checked before the manager sees the request)."""
         prompt = _prompt(prompt_tokens, self.config.vocab)
-        assert max_new_tokens >= 0 and (chunk_tokens is None or chunk_tokens >= 1), (max_new_tokens, chunk_tokens)
+        _count("generate", "max_new_tokens", max_new_tokens, 0)
+        if chunk_tokens is not None:
+            _count("generate", "chunk_tokens", chunk_tokens, 1)
         rid = self.manager.add_request(prompt, cache_salt=cache_salt)
         try:
             hit = self.manager.match(rid)
@@ -101,7 +108,7 @@ class Engine:
     def recompute(self, prompt_tokens: ArrayLike, max_new_tokens: int) -> ServeResult:
         """The same model with no cache: greedy tokens, then every logit from one full forward pass."""
         prompt = _prompt(prompt_tokens, self.config.vocab)
-        assert max_new_tokens >= 0, max_new_tokens
+        _count("recompute", "max_new_tokens", max_new_tokens, 0)
         logits, state = self.model.forward(prompt, self.model.empty_state())
         tokens: list[int] = []
         for i in range(max_new_tokens):
@@ -128,7 +135,8 @@ class Engine:
     def evict(self, tier: str = "device") -> int:
         """Force eviction of every unpinned unit of `tier` (manager.evict); returns units evicted."""
         if tier not in TIERS:
-            raise ValueError(f"tier {tier!r}: this engine has only {', '.join(TIERS)}")
+            raise InvalidArgument(action="evict", argument="tier", value=tier,
+                                  reason=f"this engine has only {', '.join(TIERS)}")
         evicted = self.manager.evict()
         self.stats.evicted_units += evicted
         return evicted
@@ -199,7 +207,21 @@ class Engine:
 
 
 def _prompt(tokens: ArrayLike, vocab: int) -> I64:
-    prompt = np.asarray(tokens, np.int64).ravel()
-    assert prompt.size >= 1, "a prompt has at least one token"
-    assert int(prompt.min()) >= 0 and int(prompt.max()) < vocab, "token id out of range"
-    return prompt
+    """The prompt as int64 ids, checked as the manager checks a prompt (1-D integers, never truncated or
+    flattened; at least one token) and against the model's vocabulary: InvalidTokens otherwise."""
+    prompt = checked_tokens(as_token_array(tokens))
+    if not prompt.size:
+        raise InvalidTokens("a prompt needs at least one token", dtype=str(prompt.dtype), shape=prompt.shape)
+    top = int(prompt.max())
+    if top >= vocab:
+        raise InvalidTokens(f"token id {top} is outside the model's vocabulary of {vocab}", dtype=str(prompt.dtype),
+                            shape=prompt.shape)
+    return prompt.astype(np.int64, copy=False)
+
+
+def _count(action: str, argument: str, value: object, minimum: int) -> int:
+    """`value` as an integer >= `minimum`, else InvalidArgument naming the argument."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise InvalidArgument(action=action, argument=argument, value=value,
+                              reason=f"must be an integer >= {minimum}")
+    return int(value)

@@ -101,7 +101,7 @@ def test_invariants_catch_an_order_with_parents_before_children(monkeypatch: pyt
     """Broken variant: touch appends root first, so a parent would be evicted before its children."""
     real = LruPolicy.touch
     monkeypatch.setattr(LruPolicy, "touch", lambda self, chain: real(self, chain[::-1].copy()))
-    m = CacheManager(Layout.from_preset("llama_full"), ManagerConfig(default_pool_pages=16, seed=0))
+    m = CacheManager(Layout.from_preset("llama_full"), ManagerConfig(default_pool_pages=16, key_seed=0))
     rid = m.add_request(np.arange(48))
     m.allocate(rid, 48)
     m.commit(rid, 48)
@@ -111,7 +111,7 @@ def test_invariants_catch_an_order_with_parents_before_children(monkeypatch: pyt
 
 
 def test_the_real_order_passes_the_same_scenario() -> None:
-    m = CacheManager(Layout.from_preset("llama_full"), ManagerConfig(default_pool_pages=16, seed=0))
+    m = CacheManager(Layout.from_preset("llama_full"), ManagerConfig(default_pool_pages=16, key_seed=0))
     rid = m.add_request(np.arange(48))
     m.allocate(rid, 48)
     m.commit(rid, 48)

@@ -156,7 +156,7 @@ def test_the_pools_refuse_a_pinned_eviction_on_their_own() -> None:
     from hkv_core.layout import Layout
     from hkv_core.manager import CacheManager, ManagerConfig
 
-    m = CacheManager(Layout.from_preset("tiny_csa"), ManagerConfig(default_pool_pages=6, seed=7))
+    m = CacheManager(Layout.from_preset("tiny_csa"), ManagerConfig(default_pool_pages=6, key_seed=7))
     prompt = np.arange(1, 20) % 60
     a = m.add_request(prompt)
     m.allocate(a, 16)

@@ -50,7 +50,7 @@ def recycled_rows_scenario(m: CacheManager) -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_a_remembered_chain_is_forgotten_at_a_drop() -> None:
-    m = CacheManager(Layout.from_preset("llama_full"), ManagerConfig(default_pool_pages=16, seed=0))
+    m = CacheManager(Layout.from_preset("llama_full"), ManagerConfig(default_pool_pages=16, key_seed=0))
     found, truth = recycled_rows_scenario(m)
     assert len(found) > 0 and found.tolist() == truth.tolist()
     assert check_invariants(m) == []
@@ -65,14 +65,14 @@ def test_a_memo_kept_across_drops_hands_out_recycled_rows(monkeypatch: pytest.Mo
         self.chains.update(chains)  # broken: remembered chains survive the drop
 
     monkeypatch.setattr(BlockTable, "drop", drop_keeping_memo)
-    m = CacheManager(Layout.from_preset("llama_full"), ManagerConfig(default_pool_pages=16, seed=0))
+    m = CacheManager(Layout.from_preset("llama_full"), ManagerConfig(default_pool_pages=16, key_seed=0))
     found, truth = recycled_rows_scenario(m)
     assert found.tolist() != truth.tolist(), "the stale memo must show: the shortcut is what keeps it exact"
 
 
 def test_invariants_catch_a_released_chain_left_out_of_the_eviction_order(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    m = CacheManager(Layout.from_preset("tiny_v4"), ManagerConfig(default_pool_pages=32, seed=0))
+    m = CacheManager(Layout.from_preset("tiny_v4"), ManagerConfig(default_pool_pages=32, key_seed=0))
     serve(m, np.arange(40))
     assert check_invariants(m) == []
     monkeypatch.setattr(PrefixIndex, "touch", lambda self, chain: None)  # broken: release orders nothing

@@ -250,7 +250,8 @@ def test_the_manager_key_table_matches_its_block_rows() -> None:
     from hkv_core.layout import Layout
     from hkv_core.manager import CacheManager, ManagerConfig
 
-    m = CacheManager(Layout.from_preset("llama_full"), ManagerConfig(default_pool_pages=16, max_blocks=5000, seed=0))
+    m = CacheManager(Layout.from_preset("llama_full"),
+                     ManagerConfig(default_pool_pages=16, max_blocks=5000, key_seed=0))
     keys = m.core.index.keys
     assert len(keys.ids) == key_table_slots(5000) and room(len(keys.ids)) >= m.core.index.blocks.capacity
     assert keys.source is m.core.index.blocks

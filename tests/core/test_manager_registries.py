@@ -35,7 +35,7 @@ from hkv_core.spec.names import EFFECT_NAMES, INVARIANT_NAMES, Event, State
 from hkv_core.spec.records import LifecycleSpec
 from hkv_core.testing.spec_mutation import mutated_spec
 
-SMALL = ManagerConfig(default_pool_pages=8, max_requests=4, seed=0)
+SMALL = ManagerConfig(default_pool_pages=8, max_requests=4, key_seed=0)
 RETIRE_LINE = '  { source = "PUBLISHED", event = "retire", dest = "RETIRED", guards = ["unheld"], effects = [] },\n'
 
 

@@ -392,7 +392,7 @@ def test_invariants_catch_a_retired_object_left_unreclaimed() -> None:
     from hkv_core.layout import Layout
     from hkv_core.manager import CacheManager, check_invariants
 
-    m = CacheManager(Layout.from_preset("tiny_v4"), ManagerConfig(default_pool_pages=PAGES, seed=0))
+    m = CacheManager(Layout.from_preset("tiny_v4"), ManagerConfig(default_pool_pages=PAGES, key_seed=0))
     req = m.core.requests.by_rid[m.add_request(np.arange(20))]
     o = m.core.objects
     obj = reserve(o, {WINDOW: 1}, actor=req.slot)[WINDOW]

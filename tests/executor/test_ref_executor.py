@@ -167,7 +167,7 @@ def test_null_page_is_never_a_destination() -> None:
 
 
 def test_the_manager_is_the_authority_of_its_pages() -> None:
-    manager = CacheManager(LAYOUT, ManagerConfig(default_pool_pages=4, seed=0))
+    manager = CacheManager(LAYOUT, ManagerConfig(default_pool_pages=4, key_seed=0))
     ex = RefExecutor()
     ex.bind(manager.bindings(), manager)
     assert ex.pools[WINDOW].shape[0] == 5 and set(ex.pools) == set(POOLS)
@@ -194,7 +194,7 @@ def test_the_manager_is_the_authority_of_its_pages() -> None:
 def hit_with_a_copy_plan() -> tuple[CacheManager, RefExecutor, int, Plan]:
     """Request 0 caches a 40-token prompt; request 1 resumes at 40 and allocates: its working tail pages are
     seeded from the hit's snapshot pages by a copy plan."""
-    m = CacheManager(LAYOUT, ManagerConfig(default_pool_pages=8, retain_every_blocks=1, seed=0,
+    m = CacheManager(LAYOUT, ManagerConfig(default_pool_pages=8, retain_every_blocks=1, key_seed=0,
                                            evict_slack_shift=None))
     ex = RefExecutor()
     ex.bind(m.bindings(), m)

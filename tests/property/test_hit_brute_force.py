@@ -199,7 +199,7 @@ def _random_history(name: str, data: st.DataObject) -> None:
         default_pool_pages=data.draw(st.integers(*profile.pool_pages), label="pool pages"),
         retain_every_blocks=data.draw(st.integers(1, 4), label="retain_every_blocks"),
         allow_partial_page_copy=data.draw(st.sampled_from([True, True, True, False]), label="partial copy"),
-        seed=7)
+        key_seed=7)
     m = CacheManager(layout, config)
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="token seed"))
     bases = [_tokens(rng, profile.base_tokens) for _ in range(2)]
@@ -319,7 +319,7 @@ def test_f7_every_published_length_is_returned_exactly(name: str, data: st.DataO
     layout = profile.layout()
     block = layout.block_tokens
     config = ManagerConfig(default_pool_pages=4096, retain_every_blocks=data.draw(st.integers(1, 4)),
-                           allow_partial_page_copy=data.draw(st.sampled_from([True, True, False])), seed=11)
+                           allow_partial_page_copy=data.draw(st.sampled_from([True, True, False])), key_seed=11)
     m = CacheManager(layout, config)
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
     tokens = _tokens(rng, data.draw(st.integers(block + 1, profile.base_tokens)))
@@ -362,7 +362,7 @@ def test_brute_force_sees_every_object_kind() -> None:
     the manager: the reference and match move together, to the exact expected length.  The prefix pages
     are per block; window pages and tail snapshots are reached only through the point kept at the hit's
     end, so knocking out a point (by hand, or by evicting it) stands for them."""
-    m = CacheManager(_layout("tiny_v4"), ManagerConfig(default_pool_pages=64, retain_every_blocks=1, seed=3))
+    m = CacheManager(_layout("tiny_v4"), ManagerConfig(default_pool_pages=64, retain_every_blocks=1, key_seed=3))
     tokens = np.random.default_rng(5).integers(0, VOCAB, 41, dtype=np.int64)
     rid = m.add_request(tokens)
     _serve(m, rid, 41)
@@ -414,7 +414,7 @@ def test_brute_force_catches_a_match_that_ignores_kept_points(monkeypatch: pytes
     """The broken variant of 0c572f4: window and tail conditions that accept every block boundary (window
     rows present per block) instead of a KEPT point.  On swa_full, a 340-token request after 320- and
     352-token ones then matches 336 where no point is kept; the reference says 320."""
-    m = CacheManager(_layout("swa_full"), ManagerConfig(seed=0))
+    m = CacheManager(_layout("swa_full"), ManagerConfig(key_seed=0))
     base = np.arange(400, dtype=np.int64)
     for end in (320, 352):
         rid = m.add_request(base[:end])

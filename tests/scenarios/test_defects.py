@@ -42,7 +42,7 @@ def serve(m: CacheManager, tokens: np.ndarray) -> int:
 @pytest.mark.parametrize("preset", ["swa_full", "tiny_v4", "tiny_csa", "llama_full", "deepseek_v4_flash"])
 def test_a_hit_match_returns_is_acquired_when_nothing_moved(preset: str) -> None:
     block = 16 if preset == "deepseek_v4_flash" else None
-    m = CacheManager(Layout.from_preset(preset, block_tokens=block), ManagerConfig(seed=0, default_pool_pages=512))
+    m = CacheManager(Layout.from_preset(preset, block_tokens=block), ManagerConfig(key_seed=0, default_pool_pages=512))
     base = np.arange(400)
     serve(m, base[:320])
     serve(m, base[:352])
@@ -55,7 +55,7 @@ def test_a_hit_match_returns_is_acquired_when_nothing_moved(preset: str) -> None
 
 
 def test_swa_full_reproduction_from_the_issue() -> None:
-    m = CacheManager(Layout.from_preset("swa_full"), ManagerConfig(seed=0))
+    m = CacheManager(Layout.from_preset("swa_full"), ManagerConfig(key_seed=0))
     base = np.arange(400)
     serve(m, base[:320])
     serve(m, base[:352])
@@ -70,7 +70,7 @@ def test_swa_full_reproduction_from_the_issue() -> None:
 
 def test_without_partial_page_copy_only_lcm_points_are_kept() -> None:
     layout = Layout.from_preset("deepseek_v4_flash", block_tokens=16)
-    m = CacheManager(layout, ManagerConfig(seed=0, allow_partial_page_copy=False, retain_every_blocks=4))
+    m = CacheManager(layout, ManagerConfig(key_seed=0, allow_partial_page_copy=False, retain_every_blocks=4))
     serve(m, np.arange(1100))
     assert m.index_counts()["points"] == 2  # 512 and 1024: 17 were kept at 0c572f4
 
@@ -80,7 +80,7 @@ def test_without_partial_page_copy_only_lcm_points_are_kept() -> None:
 
 def test_follow_up_resumes_at_the_prompt_end_inside_a_page() -> None:
     layout = Layout.from_preset("deepseek_v4_flash", block_tokens=16)
-    m = CacheManager(layout, ManagerConfig(seed=0))
+    m = CacheManager(layout, ManagerConfig(key_seed=0))
     prompt = np.arange(300)
     serve(m, prompt)
     rid = m.add_request(np.concatenate([prompt, np.arange(1000, 1040)]))
@@ -105,7 +105,7 @@ def _requested(m: CacheManager) -> int:
                                              ("commit", 10**12), ("allocate", "3"), ("commit", np.float32(2)),
                                              ("allocate", np.uint64(2**63))])
 def test_bad_counts_raise_typed_errors_and_change_nothing(call: str, count: object) -> None:
-    m = CacheManager(Layout.from_preset("tiny_v4"), ManagerConfig(seed=0, default_pool_pages=64))
+    m = CacheManager(Layout.from_preset("tiny_v4"), ManagerConfig(key_seed=0, default_pool_pages=64))
     rid = _requested(m)
     before = m.snapshot()
     with pytest.raises(InvalidRequestState):
@@ -119,7 +119,7 @@ def test_numpy_integer_counts_do_what_python_ints_do(call: str) -> None:
     """np.uint64(2) moved `computed` by 2.5-style arithmetic and zeroed the window table at 0c572f4."""
     results = []
     for count in (2, np.uint64(2), np.int32(2)):
-        m = CacheManager(Layout.from_preset("tiny_v4"), ManagerConfig(seed=0, default_pool_pages=64))
+        m = CacheManager(Layout.from_preset("tiny_v4"), ManagerConfig(key_seed=0, default_pool_pages=64))
         rid = _requested(m)
         getattr(m, call)(rid, count)
         assert check_invariants(m) == []
@@ -128,7 +128,7 @@ def test_numpy_integer_counts_do_what_python_ints_do(call: str) -> None:
 
 
 def test_a_zeroed_window_table_is_caught_by_check_invariants() -> None:
-    m = CacheManager(Layout.from_preset("tiny_v4"), ManagerConfig(seed=0, default_pool_pages=64))
+    m = CacheManager(Layout.from_preset("tiny_v4"), ManagerConfig(key_seed=0, default_pool_pages=64))
     rid = _requested(m)
     m.commit(rid, 24)
     assert check_invariants(m) == []
@@ -143,7 +143,7 @@ def test_a_zeroed_window_table_is_caught_by_check_invariants() -> None:
 
 
 def test_a_hit_is_read_only() -> None:
-    m = CacheManager(Layout.from_preset("tiny_v4"), ManagerConfig(seed=0, default_pool_pages=64))
+    m = CacheManager(Layout.from_preset("tiny_v4"), ManagerConfig(key_seed=0, default_pool_pages=64))
     serve(m, np.arange(64))
     rid = m.add_request(np.arange(70))
     hit = m.match(rid)
@@ -158,7 +158,7 @@ def test_a_hit_is_read_only() -> None:
 
 
 def test_acquire_refuses_a_hit_whose_pages_were_swapped() -> None:
-    m = CacheManager(Layout.from_preset("tiny_v4"), ManagerConfig(seed=0, default_pool_pages=128))
+    m = CacheManager(Layout.from_preset("tiny_v4"), ManagerConfig(key_seed=0, default_pool_pages=128))
     serve(m, np.arange(64))
     serve(m, np.arange(500, 564))
     rid = m.add_request(np.arange(70))

@@ -187,7 +187,7 @@ def window_pages(allocs: list[Allocation], block_tokens: int, pool: str = "swa.s
 
 def scenario_plain_prefix_hit() -> Outcome:
     """llama_full: A computes 40 tokens; B shares A's first 2 blocks; C repeats B's 50 tokens."""
-    m = CacheManager(llama(), ManagerConfig(default_pool_pages=16, seed=1))
+    m = CacheManager(llama(), ManagerConfig(default_pool_pages=16, key_seed=1))
     out = Outcome(m)
     a = np.arange(100, 140, dtype=np.int64)
     _, out.hits["A"], (out.allocs["A"],) = compute(m, a)
@@ -248,7 +248,7 @@ def test_a_plain_prefix_hit_on_llama_full() -> None:
 def scenario_window_slid_past() -> Outcome:
     """tiny_v4, points only at prompt ends: 16 (an earlier 17-token request) and 40 (A, 41 tokens).
     B shares A's first 3 blocks: A's window at block 2 slid away and no point is kept at 24."""
-    m = CacheManager(tiny(), ManagerConfig(default_pool_pages=32, retain_every_blocks=100, seed=1))
+    m = CacheManager(tiny(), ManagerConfig(default_pool_pages=32, retain_every_blocks=100, key_seed=1))
     out = Outcome(m)
     a = tokens_of(41, seed=2)
     _, _, early = compute(m, a[:17])
@@ -297,7 +297,7 @@ def test_b_window_slid_past_a_resume_point() -> None:
 def scenario_flash_page_rules(partial: bool) -> Outcome:
     """flash (16-token blocks): A computes 1600 tokens (points every 4 blocks); B shares 1280 of them."""
     m = CacheManager(flash16(), ManagerConfig(default_pool_pages=256, retain_every_blocks=4,
-                                              allow_partial_page_copy=partial, seed=1))
+                                              allow_partial_page_copy=partial, key_seed=1))
     out = Outcome(m)
     a = tokens_of(1600)
     _, _, (out.allocs["A"],) = compute(m, a)
@@ -391,7 +391,7 @@ def test_d_partial_page_copy_copies_the_shared_hca_page() -> None:
 
 def scenario_isolation() -> Outcome:
     """tiny_v4: A computes 33 tokens with salt 'tenant-a' and LoRA 1; probes vary the extras."""
-    m = CacheManager(tiny(), ManagerConfig(default_pool_pages=32, retain_every_blocks=2, seed=1))
+    m = CacheManager(tiny(), ManagerConfig(default_pool_pages=32, retain_every_blocks=2, key_seed=1))
     out = Outcome(m)
     a = tokens_of(33, seed=3)
     compute(m, a, cache_salt="tenant-a", lora_id=1)
@@ -420,7 +420,7 @@ def test_e_salt_and_lora_isolation() -> None:
 
 
 def test_f_failed_allocation_changes_nothing_llama() -> None:
-    m = CacheManager(llama(), ManagerConfig(default_pool_pages=4, seed=1))
+    m = CacheManager(llama(), ManagerConfig(default_pool_pages=4, key_seed=1))
     rid = m.add_request(np.arange(100, dtype=np.int64))
     before = m.snapshot()
     with pytest.raises(OutOfPages) as err:
@@ -441,7 +441,7 @@ def scenario_failed_allocation_with_hit() -> Outcome:
     """tiny_v4, hca.compressed_kv has 6 pages.  A (33 tokens) is cached; B resumes at 16 from it and
     asks for 40 more tokens: 5 hca pages, but only 2 are free and 2 more could be evicted."""
     m = CacheManager(tiny(), ManagerConfig(default_pool_pages=32, pool_pages={"hca.compressed_kv": 6},
-                                           retain_every_blocks=2, evict_slack_shift=None, seed=1))
+                                           retain_every_blocks=2, evict_slack_shift=None, key_seed=1))
     out = Outcome(m)
     a = tokens_of(33, seed=4)
     compute(m, a)
@@ -473,7 +473,7 @@ def test_f_failed_allocation_changes_nothing_with_a_hit_and_evictable_pages() ->
 
 
 def test_f_allocation_evicts_a_cold_chain_when_that_is_enough() -> None:
-    m = CacheManager(llama(), ManagerConfig(default_pool_pages=8, evict_slack_shift=None, seed=1))
+    m = CacheManager(llama(), ManagerConfig(default_pool_pages=8, evict_slack_shift=None, key_seed=1))
     a = np.arange(64, dtype=np.int64)
     compute(m, a)  # 4 cached pages, nothing pinned
     rid = m.add_request(fresh(96))  # 6 pages: 4 free + 2 from evicting A's last two blocks
@@ -486,7 +486,7 @@ def test_f_allocation_evicts_a_cold_chain_when_that_is_enough() -> None:
 
 def test_f_eviction_for_an_allocation_frees_a_low_water_margin() -> None:
     """The default slack: an allocation short of pages evicts `pages >> 6` more than it needs."""
-    m = CacheManager(llama(), ManagerConfig(default_pool_pages=128, seed=1))
+    m = CacheManager(llama(), ManagerConfig(default_pool_pages=128, key_seed=1))
     a = np.arange(64 * 16, dtype=np.int64)
     compute(m, a)  # 64 cached pages
     rid = m.add_request(fresh(66 * 16))  # 66 pages: 64 free + 2 evicted, + 128 >> 6 = 2 of margin
@@ -501,7 +501,7 @@ def test_f_eviction_for_an_allocation_frees_a_low_water_margin() -> None:
 
 def scenario_stale_lease() -> Outcome:
     """tiny_v4: A (41 tokens) is cached; B matches 40 tokens, then everything is evicted."""
-    m = CacheManager(tiny(), ManagerConfig(default_pool_pages=32, retain_every_blocks=2, seed=1))
+    m = CacheManager(tiny(), ManagerConfig(default_pool_pages=32, retain_every_blocks=2, key_seed=1))
     out = Outcome(m)
     a = tokens_of(41, seed=5)
     compute(m, a)
@@ -546,7 +546,7 @@ def test_g_lease_invalidated_by_eviction() -> None:
 
 def test_g_a_point_dropped_after_match_is_a_stale_lease() -> None:
     """Only the point at 40 goes (one unit): the blocks are intact, acquire refuses the point."""
-    m = CacheManager(tiny(), ManagerConfig(default_pool_pages=32, retain_every_blocks=2, seed=1))
+    m = CacheManager(tiny(), ManagerConfig(default_pool_pages=32, retain_every_blocks=2, key_seed=1))
     a = tokens_of(41, seed=5)
     compute(m, a)
     rid = m.add_request(np.concatenate([a, fresh(1)]))
@@ -570,7 +570,7 @@ def scenario_abi_mismatch() -> Outcome:
     layout = tiny()
     accepted = frozenset(p.abi_id for p in layout.pools if p.name != "hca.compressed_kv")
     m = CacheManager(layout, ManagerConfig(default_pool_pages=32, retain_every_blocks=2, accepted_abi=accepted,
-                                           seed=1))
+                                           key_seed=1))
     out = Outcome(m)
     a = tokens_of(33, seed=6)
     compute(m, a)
@@ -580,7 +580,7 @@ def scenario_abi_mismatch() -> Outcome:
 
 def scenario_misaligned_page() -> Outcome:
     m = CacheManager(tiny(), ManagerConfig(default_pool_pages=32, retain_every_blocks=2,
-                                           device_alignment_bytes=8192, seed=1))
+                                           device_alignment_bytes=8192, key_seed=1))
     out = Outcome(m)
     a = tokens_of(33, seed=6)
     compute(m, a)
@@ -590,7 +590,7 @@ def scenario_misaligned_page() -> Outcome:
 
 def scenario_partial_block() -> Outcome:
     """llama_full: A computes 48 tokens; probes end exactly on, and inside, A's last block."""
-    m = CacheManager(llama(), ManagerConfig(default_pool_pages=16, seed=1))
+    m = CacheManager(llama(), ManagerConfig(default_pool_pages=16, key_seed=1))
     out = Outcome(m)
     a = tokens_of(48, seed=7)
     compute(m, a)
@@ -606,7 +606,7 @@ def scenario_flash_missing(computed: int, shared: int, *, release: bool) -> Outc
     With `release=False` A is still running: the prefix page it is writing is its own (unpublished),
     while its blocks and points are in the index since their commit.
     """
-    m = CacheManager(flash16(), ManagerConfig(default_pool_pages=256, retain_every_blocks=4, seed=1))
+    m = CacheManager(flash16(), ManagerConfig(default_pool_pages=256, retain_every_blocks=4, key_seed=1))
     out = Outcome(m)
     a = tokens_of(1600, seed=8)
     out.rids["A"], _, _ = compute(m, a[:computed], release=release)
@@ -729,7 +729,7 @@ def scenario_eviction_order() -> Outcome:
     """tiny_v4, points every 2 blocks.  A (33 tokens: blocks 0..3, points 16 and 32) is older than
     B (17 tokens: blocks 0..1, point 16).  Evict one unit at a time."""
     m = CacheManager(tiny(), ManagerConfig(default_pool_pages=32, retain_every_blocks=2, evict_slack_shift=None,
-                                           seed=1))
+                                           key_seed=1))
     out = Outcome(m)
     a, b = tokens_of(33, seed=9), tokens_of(17, seed=10)
     _, _, a_allocs = compute(m, a)
@@ -794,7 +794,7 @@ def scenario_shared_window_pages() -> Outcome:
     """flash (W = 128 tokens = 8 blocks), points every 4 blocks: A computes 520 tokens (blocks 0..31,
     points at 64, 128, ..., 512).  The point at 64k refers to the window pages of blocks 4k-8 .. 4k-1,
     so each window page is shared by the two points whose windows overlap it."""
-    m = CacheManager(flash16(), ManagerConfig(default_pool_pages=64, retain_every_blocks=4, seed=1))
+    m = CacheManager(flash16(), ManagerConfig(default_pool_pages=64, retain_every_blocks=4, key_seed=1))
     out = Outcome(m)
     a = tokens_of(520, seed=14)
     _, _, allocs = compute(m, a)
@@ -840,7 +840,7 @@ def test_i_window_pages_live_while_a_point_needs_them() -> None:
 
 
 def test_i_pinned_hit_survives_evict_all() -> None:
-    m = CacheManager(tiny(), ManagerConfig(default_pool_pages=32, retain_every_blocks=2, seed=1))
+    m = CacheManager(tiny(), ManagerConfig(default_pool_pages=32, retain_every_blocks=2, key_seed=1))
     a = tokens_of(33, seed=11)
     compute(m, a)
     rid = m.add_request(np.concatenate([a[:16], fresh(9)]))
@@ -858,7 +858,7 @@ def test_i_pinned_hit_survives_evict_all() -> None:
 
 
 def test_i_evict_several_units_is_still_lru() -> None:
-    m = CacheManager(llama(), ManagerConfig(default_pool_pages=32, seed=1))
+    m = CacheManager(llama(), ManagerConfig(default_pool_pages=32, key_seed=1))
     a, b = tokens_of(64, seed=12), tokens_of(32, seed=13)
     compute(m, a)  # older: 4 blocks
     compute(m, b)  # newer: 2 blocks
@@ -872,7 +872,7 @@ def test_i_evict_several_units_is_still_lru() -> None:
 
 def scenario_prompt_end_inside_a_page() -> Outcome:
     """V4-Flash block 16: a 300-token prompt, then a follow-up extending it by 40 tokens."""
-    m = CacheManager(flash16(), ManagerConfig(seed=0))
+    m = CacheManager(flash16(), ManagerConfig(key_seed=0))
     out = Outcome(m)
     prompt = np.arange(300, dtype=np.int64)
     rid, out.hits["first"], (first,) = compute(m, prompt)
@@ -928,7 +928,7 @@ def test_k_follow_up_resumes_inside_the_page_the_prompt_stopped_in() -> None:
 
 def scenario_lcm_points_only() -> Outcome:
     """V4-Flash block 16, no partial-page copy, points every 4 blocks: an 1,100-token prompt."""
-    m = CacheManager(flash16(), ManagerConfig(seed=0, allow_partial_page_copy=False, retain_every_blocks=4))
+    m = CacheManager(flash16(), ManagerConfig(key_seed=0, allow_partial_page_copy=False, retain_every_blocks=4))
     out = Outcome(m)
     prompt = np.arange(1100, dtype=np.int64)
     compute(m, prompt)
@@ -955,7 +955,7 @@ def test_k_without_partial_page_copy_only_lcm_points_are_kept() -> None:
 
 def scenario_swa_full_match_agrees_with_acquire() -> Outcome:
     """swa_full: 320 then 352 tokens served whole; a 340-token request matches and acquires."""
-    m = CacheManager(Layout.from_preset("swa_full"), ManagerConfig(seed=0))
+    m = CacheManager(Layout.from_preset("swa_full"), ManagerConfig(key_seed=0))
     out = Outcome(m)
     base = np.arange(400)
     for end in (320, 352):
@@ -994,7 +994,7 @@ def test_k_swa_full_a_hit_match_returns_is_acquired() -> None:
 
 
 def test_j_invalid_tokens_change_nothing() -> None:
-    m = CacheManager(tiny(), ManagerConfig(default_pool_pages=16, seed=1))
+    m = CacheManager(tiny(), ManagerConfig(default_pool_pages=16, key_seed=1))
     compute(m, tokens_of(20), release=False)
     before = m.snapshot()
     cases: list[tuple[Any, str]] = [
@@ -1009,7 +1009,7 @@ def test_j_invalid_tokens_change_nothing() -> None:
 
 
 def test_j_a_list_of_floats_is_invalid_tokens() -> None:
-    m = CacheManager(tiny(), ManagerConfig(default_pool_pages=16, seed=1))
+    m = CacheManager(tiny(), ManagerConfig(default_pool_pages=16, key_seed=1))
     before = m.snapshot()
     with pytest.raises(InvalidTokens) as err:
         m.add_request([0.5, 2.0])
@@ -1024,7 +1024,7 @@ def test_j_a_list_of_floats_is_invalid_tokens() -> None:
 
 
 def test_j_unknown_request_after_release() -> None:
-    m = CacheManager(tiny(), ManagerConfig(default_pool_pages=16, seed=1))
+    m = CacheManager(tiny(), ManagerConfig(default_pool_pages=16, key_seed=1))
     rid, _, _ = compute(m, tokens_of(20))
     before = m.snapshot()
     calls: list[tuple[str, Callable[[], object]]] = [
@@ -1041,7 +1041,7 @@ def test_j_unknown_request_after_release() -> None:
 
 
 def test_j_invalid_request_state() -> None:
-    m = CacheManager(tiny(), ManagerConfig(default_pool_pages=16, seed=1))
+    m = CacheManager(tiny(), ManagerConfig(default_pool_pages=16, key_seed=1))
     rid = m.add_request(tokens_of(20))
     m.allocate(rid, 8)
     before = m.snapshot()
@@ -1076,7 +1076,7 @@ def test_j_invalid_request_state() -> None:
 
 
 def test_j_admission_rejected_past_max_requests() -> None:
-    m = CacheManager(tiny(), ManagerConfig(default_pool_pages=16, max_requests=2, seed=1))
+    m = CacheManager(tiny(), ManagerConfig(default_pool_pages=16, max_requests=2, key_seed=1))
     first = m.add_request(tokens_of(10))
     m.add_request(tokens_of(10, seed=1))
     before = m.snapshot()
@@ -1102,7 +1102,7 @@ SCENARIOS: tuple[Callable[[], Outcome], ...] = (
 @pytest.mark.parametrize("layout", [tiny, flash16, llama])
 def test_can_allocate_says_exactly_whether_allocate_fits_without_evicting(layout: Callable[[], Layout]) -> None:
     """can_allocate(rid, n) is True exactly when allocate(rid, n) succeeds on a clone without an eviction round."""
-    m = CacheManager(layout(), ManagerConfig(default_pool_pages=24, seed=3, evict_slack_shift=None))
+    m = CacheManager(layout(), ManagerConfig(default_pool_pages=24, key_seed=3, evict_slack_shift=None))
     for seed in range(3):
         compute(m, tokens_of(150, seed))
     rid = m.add_request(tokens_of(400, 9))

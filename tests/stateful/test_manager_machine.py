@@ -96,7 +96,7 @@ def test_machine_finds_a_broken_manager(broken: Patch, symptom: str, monkeypatch
 
 def test_failed_allocate_leaves_request_matchable() -> None:
     """A refused allocate on a request that never acquired does not mark it acquired."""
-    m = CacheManager(Layout.from_preset("tiny_v4"), ManagerConfig(default_pool_pages=8, seed=0))
+    m = CacheManager(Layout.from_preset("tiny_v4"), ManagerConfig(default_pool_pages=8, key_seed=0))
     rid = m.add_request(np.arange(40))
     with pytest.raises(InvalidRequestState):
         m.allocate(rid, 41)
@@ -118,7 +118,7 @@ def _evict_under_a_found_chain(m: CacheManager) -> tuple[np.ndarray, int]:
 
 
 def test_commit_after_its_found_blocks_were_evicted() -> None:
-    m = CacheManager(Layout.from_preset("llama_full"), ManagerConfig(default_pool_pages=16, seed=0))
+    m = CacheManager(Layout.from_preset("llama_full"), ManagerConfig(default_pool_pages=16, key_seed=0))
     prompt, b = _evict_under_a_found_chain(m)
     m.allocate(b, 16)
     m.commit(b, 16)  # block 1 is indexed again under block 0
@@ -141,7 +141,7 @@ def test_invariants_catch_a_chain_evicted_under_a_request(monkeypatch: pytest.Mo
 
     monkeypatch.setattr(evict_module, "_walk", walk_past_live_chains)
     monkeypatch.setattr(RequestTable, "chain_tails", lambda self: np.zeros(0, np.int32))  # nor does `drop`
-    m = CacheManager(Layout.from_preset("llama_full"), ManagerConfig(default_pool_pages=16, seed=0))
+    m = CacheManager(Layout.from_preset("llama_full"), ManagerConfig(default_pool_pages=16, key_seed=0))
     _, b = _evict_under_a_found_chain(m)
     assert m.index_counts()["blocks"] == 0  # block 0, which ends b's chain, went too
     broken = check_invariants(m)
@@ -165,7 +165,8 @@ def test_stale_lease_names_the_state_that_moved() -> None:
     """The point a hit resumes at is evicted: acquire names the point, the version the hit recorded and the
     one (and state) found.  Its window page, retired from the index while its publisher still pins it, keeps
     its version: only its state moved (a point refers to its own window pages, so the point moves first)."""
-    m = CacheManager(Layout.from_preset("tiny_v4"), ManagerConfig(default_pool_pages=32, retain_every_blocks=1, seed=0))
+    m = CacheManager(Layout.from_preset("tiny_v4"),
+                     ManagerConfig(default_pool_pages=32, retain_every_blocks=1, key_seed=0))
     prompt = np.arange(40)
     _point_without_pins(m, prompt, 16)
     a = m.add_request(prompt)
@@ -192,7 +193,7 @@ def test_stale_lease_names_the_state_that_moved() -> None:
 
 def test_new_point_never_indexes_a_retired_window_page() -> None:
     m = CacheManager(Layout.from_preset("deepseek_v4_flash", block_tokens=16),
-                     ManagerConfig(default_pool_pages=64, retain_every_blocks=4, seed=0))
+                     ManagerConfig(default_pool_pages=64, retain_every_blocks=4, key_seed=0))
     prompt = np.arange(200)
     _point_without_pins(m, prompt, 64)
     b = m.add_request(prompt)
@@ -211,7 +212,7 @@ def test_new_point_never_indexes_a_retired_window_page() -> None:
 def test_acquire_refuses_a_hit_whose_block_left_the_index() -> None:
     """Defence in depth: pages shared with earlier blocks could keep their versions when a hit's last block goes
     (no preset reaches it: tails or per-block pages always move first), so acquire also checks the blocks."""
-    m = CacheManager(Layout.from_preset("llama_full"), ManagerConfig(default_pool_pages=16, seed=0))
+    m = CacheManager(Layout.from_preset("llama_full"), ManagerConfig(default_pool_pages=16, key_seed=0))
     prompt = np.arange(3 * m.layout.block_tokens)
     a = m.add_request(prompt)
     m.allocate(a, 48)

@@ -55,8 +55,8 @@ VOCAB_TOKENS = 1000
 SALTS = (None, "tenant-a")
 
 SETUPS = {
-    "tiny_v4": (None, ManagerConfig(default_pool_pages=40, max_requests=4, retain_every_blocks=1, seed=0)),
-    "deepseek_v4_flash": (16, ManagerConfig(default_pool_pages=112, max_requests=4, retain_every_blocks=4, seed=0)),
+    "tiny_v4": (None, ManagerConfig(default_pool_pages=40, max_requests=4, retain_every_blocks=1, key_seed=0)),
+    "deepseek_v4_flash": (16, ManagerConfig(default_pool_pages=112, max_requests=4, retain_every_blocks=4, key_seed=0)),
 }
 
 
