@@ -8,16 +8,17 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from hkv_core.block_keys import ExtraKeys, checked_tokens
-from hkv_core.errors import AdmissionRejected
+from hkv_core.errors import AdmissionRejected, InvalidTokens
 from hkv_core.manager.core import Core
 from hkv_core.manager.requests import RequestState
 
 
 def as_token_array(tokens: ArrayLike) -> np.ndarray:
-    """`tokens` as an array.  A list of ints is packed straight into a new int64 array in one C loop
+    """`tokens` as an array.  A list (or tuple) of ints is packed straight into a new int64 array in one C loop
     (`struct.pack_into`, about twice as fast as `array('q')` and, like it, refusing floats rather than
-    truncating them); anything else as NumPy infers it (a float list stays float: InvalidTokens later)."""
-    if isinstance(tokens, list):
+    truncating them), an empty one included; anything else as NumPy infers it (a float list stays float:
+    InvalidTokens later)."""
+    if isinstance(tokens, list | tuple):
         out = np.empty(len(tokens), np.int64)
         try:
             struct.pack_into(f"={len(tokens)}q", out.data, 0, *tokens)
@@ -28,14 +29,18 @@ def as_token_array(tokens: ArrayLike) -> np.ndarray:
 
 
 def add_request(core: Core, tokens: ArrayLike, extra: ExtraKeys) -> int:
-    """A new request id; AdmissionRejected past `max_requests` or `max_request_tokens`, InvalidTokens for bad arrays."""
+    """A new request id; AdmissionRejected past `max_requests` or `max_request_tokens`, InvalidTokens for bad arrays
+    and for an empty prompt (a list or an array alike: a request computes at least one token)."""
     if len(core.requests) >= core.config.max_requests:
         raise AdmissionRejected(cap="requests in flight", limit=core.config.max_requests,
                                 needed=len(core.requests) + 1, detail="wait for a release")
     array = as_token_array(tokens)
     _check_length(core, array.shape[0] if array.ndim else 1)
     keys = core.hasher.hash_blocks(array, extra)  # validates the token array first (InvalidTokens)
-    owned = array.astype(np.int64, copy=not isinstance(tokens, list))  # a list's new array is already ours
+    if not len(array):
+        raise InvalidTokens("a prompt needs at least one token (a request computes at least one)",
+                            dtype=str(array.dtype), shape=tuple(array.shape))
+    owned = array.astype(np.int64, copy=not isinstance(tokens, list | tuple))  # a list's new array is already ours
     req = core.requests.admit(RequestState, tokens=owned, keys=keys, extra=extra,
                               prompt_tokens=len(array), lanes=len(core.pools))
     return req.rid

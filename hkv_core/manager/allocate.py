@@ -50,8 +50,10 @@ def allocate(core: Core, req: RequestState, num_tokens: int) -> Allocation:
     start, end = req.allocated, req.allocated + num_tokens
     demands, blocks, points, boundaries = needs(core, req, start, end)
     pages = [d[0] for d in demands]
-    if not fits(core, pages, blocks, points) and not evict.evict_for(core, pages, blocks, points):
-        raise _short(core, pages, blocks, points)
+    if not fits(core, pages, blocks, points):
+        evictable = evict.evict_for(core, pages, blocks, points)
+        if evictable is not None:
+            raise _short(core, pages, blocks, points, evictable)
     got = core.objects.reserve(demands, req.slot)
     out = Builder()
     for role in core.roles:
@@ -79,11 +81,15 @@ def _issue(core: Core, req: RequestState, out: Builder, start: int, num_tokens: 
     return Plan(ops=out.copies, request_id=req.rid, plan_id=plan_id, label=f"allocate {start}+{num_tokens}")
 
 
-def _short(core: Core, pages: list[int], blocks: int, points: int) -> OutOfPages:
-    """OutOfPages for the first pool or index table that cannot supply the need."""
-    for pool, n in zip(core.pools, pages, strict=True):
-        if pool.free_count < n:
-            return OutOfPages(pool=pool.name, needed=n, free=pool.free_count)
-    if core.index.blocks.available() < blocks:
-        return OutOfPages(pool=BLOCK_ROWS, needed=blocks, free=core.index.blocks.available())
-    return OutOfPages(pool=POINT_ROWS, needed=points, free=core.index.points.available())
+def _short(core: Core, pages: list[int], blocks: int, points: int, evictable: list[int]) -> OutOfPages:
+    """OutOfPages for the first pool or index table that eviction cannot make supply the need (`evictable`:
+    what eviction could free per resource; nothing was evicted)."""
+    rows = core.index.blocks, core.index.points
+    sizes = [(p.name, p.free_count, p.size) for p in core.pools] + [
+        (name, table.available(), table.capacity) for name, table in zip((BLOCK_ROWS, POINT_ROWS), rows, strict=True)]
+    needs = [*pages, blocks, points]
+    short = [i for i, ((_, free, _), n, e) in enumerate(zip(sizes, needs, evictable, strict=True)) if free + e < n]
+    assert short, "eviction failed only if some resource cannot be covered"
+    name, free, size = sizes[i := short[0]]
+    return OutOfPages(pool=name, needed=needs[i], free=free, evictable=evictable[i],
+                      held=max(0, size - free - evictable[i]), capacity=size)

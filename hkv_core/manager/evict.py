@@ -163,17 +163,18 @@ def _needs(core: Core, pages: list[int], blocks: int, points: int, slack: bool) 
     return out
 
 
-def evict_for(core: Core, pages: list[int], blocks: int, points: int) -> bool:
-    """Evict enough for an allocation's needs (and a margin); False, and nothing evicted, when impossible."""
+def evict_for(core: Core, pages: list[int], blocks: int, points: int) -> list[int] | None:
+    """Evict enough for an allocation's needs (and a margin); None when done.  When impossible, nothing is
+    evicted and the result says what eviction could free per resource (page pools, block rows, point rows)."""
     wanted, required = _needs(core, pages, blocks, points, True), _needs(core, pages, blocks, points, False)
     walk = _walk(core, wanted, None)
     cut = _cut(walk, wanted)
     if cut is None:
         cut = _cut(walk, required)
-        if cut is None:
-            return False
+        if cut is None:  # the walk planned every unit in the order: what each resource could get
+            return [sum(len(p) for p in positions) for positions in walk.freed]
     _apply(core, walk, cut, None)
-    return True
+    return None
 
 
 def evict_all(core: Core, max_units: int | None = None) -> int:

@@ -28,6 +28,8 @@ from hkv_core.block_keys import ExtraKeys
 from hkv_core.errors import (
     CacheBusy,
     ConfigError,
+    InvalidArgument,
+    InvalidRequestArgument,
     InvalidRequestState,
     InvariantViolation,
     StaleLease,
@@ -96,8 +98,14 @@ class CacheManager:
     @_locked
     def add_request(self, tokens: ArrayLike, *, cache_salt: str | None = None, lora_id: str | int | None = None,
                     mm_keys: tuple[tuple[int, bytes], ...] = ()) -> int:
-        """Register a request and hash its prompt; AdmissionRejected past `max_requests`."""
-        extra = ExtraKeys(cache_salt=cache_salt, lora_id=lora_id, mm_keys=mm_keys)
+        """Register a request and hash its prompt; AdmissionRejected past `max_requests`, InvalidTokens for a
+        prompt that is empty or not a 1-D array of token ids, InvalidArgument for a bad salt, adapter or item."""
+        try:
+            extra = ExtraKeys(cache_salt=cache_salt, lora_id=lora_id, mm_keys=mm_keys)
+        except ConfigError as exc:  # name add_request's argument, not the record it builds
+            given = {"cache_salt": cache_salt, "lora_id": lora_id, "mm_keys": mm_keys}
+            raise InvalidArgument(action="add_request", argument=exc.key, value=given.get(exc.key),
+                                  reason=exc.reason) from None
         return admit.add_request(self.core, tokens, extra)
 
     @_locked
@@ -117,18 +125,24 @@ class CacheManager:
     def acquire(self, rid: int, found: Hit) -> None:
         """Pin the hit's objects after re-checking it against the index (StaleLease if anything moved)."""
         req = self._request(rid, "acquire")
-        if not isinstance(found, Hit) or req.acquired or found.request_id != rid:
-            reason = ("not a Hit" if not isinstance(found, Hit) else "already acquired" if req.acquired
-                      else "hit of another request")
-            raise InvalidRequestState(request_id=rid, action="acquire", reason=reason)
+        if not isinstance(found, Hit):
+            raise InvalidRequestArgument(request_id=rid, action="acquire", argument="hit", value=found,
+                                         reason=f"must be the Hit that match returned, got {type(found).__name__}")
+        if req.acquired:
+            raise InvalidRequestState(request_id=rid, action="acquire", reason="already acquired")
+        if found.request_id != rid:
+            raise InvalidRequestArgument(request_id=rid, action="acquire", argument="hit", value=found,
+                                         reason=f"a hit of request {found.request_id}, not of request {rid}")
         if found.tokens != len(found.block_ids) * self.core.block_tokens or found.tokens >= max(1, len(req.tokens)):
-            raise InvalidRequestState(request_id=rid, action="acquire",
-                                      reason=f"hit of {found.tokens} tokens over {len(found.block_ids)} blocks")
+            raise InvalidRequestArgument(request_id=rid, action="acquire", argument="hit", value=found,
+                                         reason=f"a hit of {found.tokens} tokens over {len(found.block_ids)} blocks "
+                                                f"does not fit this request's {len(req.tokens)} tokens")
         acquire.acquire(self.core, req, found)
 
     @_locked
     def can_allocate(self, rid: int, num_tokens: int) -> bool:
-        """True when `allocate(rid, num_tokens)` would succeed without evicting."""
+        """True when `allocate(rid, num_tokens)` would succeed without evicting; a count `allocate` would refuse
+        raises the same InvalidRequestArgument (checked in O(1), before anything is counted)."""
         req = self._request(rid, "can_allocate")
         count = self._count(req, "can_allocate", num_tokens, len(req.tokens) - req.allocated)
         demands, blocks, points, _ = allocate.needs(self.core, req, req.allocated, req.allocated + count)
@@ -281,17 +295,19 @@ class CacheManager:
         return req
 
     def _count(self, req: RequestState, action: str, value: object, room: int) -> int:
-        """`value` as a token count in [1, room], else InvalidRequestState (nothing changes)."""
+        """`value` (argument `num_tokens`) as a token count in [1, room], else InvalidRequestArgument naming the
+        argument, the value and the range (nothing changes).  Scalar checks only: the hot path stays O(1)."""
         if isinstance(value, bool) or not isinstance(value, int | np.integer):
-            raise InvalidRequestState(request_id=req.rid, action=action,
-                                      reason=f"token count must be an integer, got {type(value).__name__} {value!r}")
+            raise InvalidRequestArgument(request_id=req.rid, action=action, argument="num_tokens", value=value,
+                                         reason=f"must be an integer, got {type(value).__name__}")
         count = int(value)
-        if count < 1:
-            raise InvalidRequestState(request_id=req.rid, action=action,
-                                      reason=f"token count must be at least 1, got {count}")
-        if count > room:
-            raise InvalidRequestState(request_id=req.rid, action=action,
-                                      reason=f"{count} tokens exceed the {room} it can {action} now")
+        if not 1 <= count <= room:
+            now = (f"{req.allocated} tokens allocated, {req.computed} committed" if action == "commit"
+                   else f"{len(req.tokens)} tokens known, {req.allocated} allocated")
+            verb = "commit" if action == "commit" else "allocate"
+            bound = f"must lie in [1, {room}]" if room >= 1 else f"must be at least 1, and none is left to {verb}"
+            raise InvalidRequestArgument(request_id=req.rid, action=action, argument="num_tokens", value=value,
+                                         reason=f"{bound} ({now})")
         return count
 
     def _no_plans(self, req: RequestState, action: str) -> None:

@@ -34,7 +34,7 @@ def load_lifecycle(path: Path | str | None = None) -> LifecycleSpec:
     root = TableReader(str(file_path), "", read_toml(file_path))
     root.only({"meta", "kinds", "references", "invariants"})
     kinds_table = root.sub("kinds")
-    kinds = {str(name): _load_kind(kinds_table.sub(str(name)), str(name)) for name in kinds_table.data}
+    kinds = {str(name): _load_kind(kinds_table.sub(str(name), kind=str(name)), str(name)) for name in kinds_table.data}
     if not kinds:
         raise kinds_table.fail("*", "no object kinds declared")
     meta = root.sub("meta")
@@ -84,7 +84,8 @@ def _load_kind(table: TableReader, name: str) -> KindSpec:
         raise table.fail("states", "a kind needs at least one state")
     initial = table.str_("initial")
     if initial not in states:
-        raise table.fail("initial", f"unknown state {initial!r}")
+        raise table.fail("initial", f"unknown state {initial!r}: the initial state must be one of the kind's "
+                                    f"states ({', '.join(states)})")
     final = frozenset(_known(table, "final", set(states)))
     edges = _load_edges(table, name, set(states))
     kind = KindSpec(name=name, description=table.str_("description"), initial=initial,
@@ -99,7 +100,7 @@ def _load_edges(table: TableReader, kind: str, states: set[str]) -> tuple[Transi
         raise table.fail("transitions", "expected a non-empty list of transition tables")
     edges: dict[tuple[str, str], TransitionSpec] = {}
     for index, item in enumerate(raw):
-        edge = TableReader(table.file, f"{table.table}.transitions[{index}]", item)
+        edge = TableReader(table.file, f"{table.table}.transitions[{index}]", item, kind)
         for t in _load_edge(edge, kind, states):
             if (t.source, t.event) in edges:
                 raise edge.fail("event", f"duplicate transition for (state {t.source!r}, event {t.event!r})")

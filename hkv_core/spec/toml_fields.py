@@ -11,16 +11,17 @@ from hkv_core.errors import SpecError
 
 
 class TableReader:
-    """Reads typed fields out of one TOML table; every failure names file/table/key."""
+    """Reads typed fields out of one TOML table; every failure names file/table/key, and the object kind
+    when the table belongs to one (`kind`: a kind's table and the tables inside it)."""
 
-    def __init__(self, file: str, table: str, data: object) -> None:
+    def __init__(self, file: str, table: str, data: object, kind: str | None = None) -> None:
         if not isinstance(data, Mapping):
-            raise SpecError("expected a table", file=file, table=table, key="*")
-        self.file, self.table, self.data = file, table, data
+            raise SpecError("expected a table", file=file, table=table, key="*", kind=kind)
+        self.file, self.table, self.data, self.kind = file, table, data, kind
 
     def fail(self, key: str, message: str) -> SpecError:
         """A SpecError at `key` of this table."""
-        return SpecError(message, file=self.file, table=self.table, key=key)
+        return SpecError(message, file=self.file, table=self.table, key=key, kind=self.kind)
 
     def only(self, allowed: set[str]) -> None:
         """Reject keys outside `allowed` (typos must not pass silently)."""
@@ -57,8 +58,10 @@ class TableReader:
             raise self.fail(key, f"duplicate entries in {value!r}")
         return tuple(value)
 
-    def sub(self, key: str) -> TableReader:
-        return TableReader(self.file, f"{self.table}.{key}" if self.table else key, self.raw(key))
+    def sub(self, key: str, kind: str | None = None) -> TableReader:
+        """The table at `key`; it belongs to object kind `kind` if given, else to this table's kind."""
+        return TableReader(self.file, f"{self.table}.{key}" if self.table else key, self.raw(key),
+                           kind if kind is not None else self.kind)
 
 
 def read_toml(path: Path) -> dict[str, Any]:

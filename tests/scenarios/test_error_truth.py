@@ -1,0 +1,253 @@
+"""Errors that tell the truth: every refusal names the argument and the value it refused, says what is
+true of the state (not what a different path would have done), comes from the HkvError hierarchy, and
+leaves the manager exactly as it was."""
+
+from __future__ import annotations
+
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hkv_core.errors import (
+    ConfigError,
+    HkvError,
+    InvalidArgument,
+    InvalidRequestArgument,
+    InvalidRequestState,
+    InvalidTokens,
+    OutOfPages,
+    SpecError,
+)
+from hkv_core.layout import Layout
+from hkv_core.manager import CacheManager, ManagerConfig
+from hkv_core.spec import load_lifecycle
+from hkv_core.testing.spec_mutation import mutated_spec
+from hkv_exec_ref.engine import Engine
+
+
+def tiny(pages: int = 64) -> CacheManager:
+    return CacheManager(Layout.from_preset("tiny_v4"), ManagerConfig(default_pool_pages=pages, key_seed=0))
+
+
+BAD_COUNTS = [0, -1, -5, 2.5, True, "3", None, np.float32(4.0), 10**8, np.uint64(2**64 - 1)]
+
+
+@pytest.mark.parametrize("value", BAD_COUNTS, ids=repr)
+@pytest.mark.parametrize("action", ["allocate", "can_allocate", "commit"])
+def test_a_bad_count_names_the_argument_and_the_value(action: str, value: object) -> None:
+    m = tiny()
+    rid = m.add_request(np.arange(20))
+    if action == "commit":
+        m.allocate(rid, 10)
+    before = m.snapshot()
+    with pytest.raises(InvalidRequestArgument) as info:
+        getattr(m, action)(rid, value)
+    err = info.value
+    assert isinstance(err, InvalidRequestState) and isinstance(err, InvalidArgument) and isinstance(err, HkvError)
+    assert err.argument == "num_tokens" and err.value is value and err.request_id == rid and err.action == action
+    assert f"num_tokens={value!r}" in str(err)
+    assert "exceed" not in str(err)
+    if isinstance(value, int | np.integer) and not isinstance(value, bool):
+        room = 10 if action == "commit" else 20
+        assert f"[1, {room}]" in err.reason
+    else:
+        assert "must be an integer" in err.reason
+    assert err.fields["argument"] == "num_tokens" and err.fields["request_id"] == rid
+    assert m.snapshot() == before
+
+
+def test_a_count_with_nothing_left_says_so() -> None:
+    m = tiny()
+    rid = m.add_request(np.arange(20))
+    with pytest.raises(InvalidRequestArgument, match=r"num_tokens=1: must be at least 1, and none is left to commit"):
+        m.commit(rid, 1)
+    m.allocate(rid, 20)
+    with pytest.raises(InvalidRequestArgument, match=r"none is left to allocate \(20 tokens known, 20 allocated\)"):
+        m.can_allocate(rid, 1)
+
+
+def test_can_allocate_refuses_what_allocate_refuses_with_the_same_error_and_stays_cheap() -> None:
+    m = tiny()
+    rid = m.add_request(np.arange(20))
+    for value in (-5, 0, 21, 10**8, 2.5):
+        with pytest.raises(InvalidRequestArgument) as by_allocate:
+            m.allocate(rid, value)
+        tracemalloc.start()
+        try:
+            with pytest.raises(InvalidRequestArgument) as by_can:
+                m.can_allocate(rid, value)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert peak < 64 << 10, f"can_allocate({value}) allocated {peak} bytes before refusing"
+        assert (by_can.value.argument, by_can.value.value, by_can.value.reason) == (
+            by_allocate.value.argument, by_allocate.value.value, by_allocate.value.reason)
+        assert by_can.value.action == "can_allocate"
+    assert m.can_allocate(rid, 20) is True
+
+
+@pytest.mark.parametrize(("argument", "value", "reason"), [
+    ("cache_salt", 5, "must be a str or None"),
+    ("lora_id", True, "must be a str, an int or None"),
+    ("lora_id", 1.5, "must be a str, an int or None"),
+    ("mm_keys", "x", "must be a sequence"),
+    ("mm_keys", ((-1, b"h"),), "offset must be an int >= 0"),
+])
+def test_a_bad_extra_key_names_add_requests_argument(argument: str, value: object, reason: str) -> None:
+    m = tiny()
+    before = m.snapshot()
+    with pytest.raises(InvalidArgument) as info:
+        m.add_request(np.arange(20), **{argument: value})  # type: ignore[arg-type]
+    err = info.value
+    assert err.action == "add_request" and err.argument == argument and err.value == value
+    assert reason in err.reason and str(err).startswith(f"add_request: {argument}=")
+    assert "ExtraKeys" not in str(err)
+    assert m.snapshot() == before and m.index_counts()["blocks"] == 0
+
+
+def test_an_empty_prompt_is_refused_alike_as_a_list_or_an_array() -> None:
+    m = tiny()
+    before = m.snapshot()
+    for empty in ([], np.array([], np.int64), np.zeros(0, np.int32), ()):
+        with pytest.raises(InvalidTokens, match="at least one token") as info:
+            m.add_request(empty)  # type: ignore[arg-type]
+        assert info.value.shape == (0,)
+    with pytest.raises(InvalidTokens, match="dtype must be an integer"):
+        m.add_request(np.array([]))  # float64: refused for its dtype first
+    assert m.snapshot() == before
+    rid = m.add_request([1, 2, 3])
+    for empty in ([], np.array([], np.int64)):  # extending by nothing is accepted alike (nothing changes)
+        m.append_tokens(rid, empty)
+    assert m.request_tokens(rid) == (0, 0, 3)
+
+
+def test_acquire_refuses_a_non_hit_with_a_typed_error() -> None:
+    m = tiny()
+    rid, other = m.add_request(np.arange(20)), m.add_request(np.arange(20))
+    before = m.snapshot()
+    for value in (None, 3, "hit"):
+        with pytest.raises(InvalidRequestArgument) as info:
+            m.acquire(rid, value)  # type: ignore[arg-type]
+        assert info.value.argument == "hit" and info.value.value is value
+        assert f"got {type(value).__name__}" in info.value.reason
+    with pytest.raises(InvalidRequestArgument, match=f"a hit of request {other}, not of request {rid}"):
+        m.acquire(rid, m.match(other))
+    assert m.snapshot() == before
+    m.acquire(rid, m.match(rid))
+    with pytest.raises(InvalidRequestState, match="already acquired") as state:
+        m.acquire(rid, m.match(other))
+    assert not isinstance(state.value, InvalidArgument)
+
+
+def test_out_of_pages_says_what_is_free_evictable_and_held_and_that_nothing_changed() -> None:
+    m = CacheManager(Layout.from_preset("llama_full"), ManagerConfig(default_pool_pages=8, key_seed=1,
+                                                                      evict_slack_shift=None))
+    block = m.layout.block_tokens
+    cached = m.add_request(np.arange(4 * block))  # 4 pages, then released: cached and evictable
+    m.allocate(cached, 4 * block)
+    m.commit(cached, 4 * block)
+    m.release(cached)
+    live = m.add_request(np.arange(1000, 1000 + 2 * block))  # 2 pages held by a request in flight
+    m.allocate(live, 2 * block)
+    rid = m.add_request(np.arange(5000, 5000 + 7 * block))
+    before = m.snapshot()
+    with pytest.raises(OutOfPages) as info:
+        m.allocate(rid, 7 * block)
+    err = info.value
+    pool = m.bindings()[0].spec.name
+    assert (err.pool, err.needed, err.free, err.evictable, err.held, err.capacity) == (pool, 7, 2, 4, 2, 8)
+    assert err.free + err.evictable + err.held == err.capacity
+    assert "evicted every" not in str(err)
+    assert "2 free, eviction could free 4 more, 2 held by requests in flight" in str(err)
+    assert "nothing was evicted or changed: retry after requests release" in str(err)
+    assert m.snapshot() == before and m.stats["evictions"] == 0
+    assert m.can_allocate(rid, 6 * block) is False and m.allocate(rid, 6 * block).num_tokens == 6 * block
+
+
+def test_out_of_pages_past_the_whole_pool_does_not_advise_waiting() -> None:
+    m = CacheManager(Layout.from_preset("llama_full"), ManagerConfig(default_pool_pages=4, key_seed=1))
+    rid = m.add_request(np.arange(200))
+    with pytest.raises(OutOfPages, match="the pool has 4 in all: allocate fewer tokens at a time") as info:
+        m.allocate(rid, 200)
+    assert info.value.needed > info.value.capacity == 4 and "retry" not in str(info.value)
+
+
+def test_pool_pages_naming_no_pool_of_the_layout_is_refused() -> None:
+    with pytest.raises(ConfigError, match="no pool 'csa.compresed_kv' in layout 'tiny_v4'") as info:
+        CacheManager(Layout.from_preset("tiny_v4"), ManagerConfig(pool_pages={"csa.compresed_kv": 8}))
+    assert info.value.key == "pool_pages" and "csa.compressed_kv" in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------- the Engine
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    return Engine.tiny()
+
+
+@pytest.mark.parametrize(("prompt", "reason"), [
+    ([], "at least one token"),
+    (np.array([], np.int64), "at least one token"),
+    ([1.7, 2.2, 3.9], "dtype must be an integer"),
+    (np.array([[1, 2], [3, 4]]), "must be 1-D"),
+    ([1, -2, 3], "must lie in [0, 2**31)"),
+    ([1, 2, 64], "outside the model's vocabulary of 64"),
+])
+def test_engine_refuses_a_bad_prompt_with_invalid_tokens(engine: Engine, prompt: object, reason: str) -> None:
+    requests = engine.stats.requests
+    with pytest.raises(InvalidTokens) as info:
+        engine.generate(prompt, 2)  # type: ignore[arg-type]
+    assert reason in info.value.reason
+    with pytest.raises(InvalidTokens):
+        engine.recompute(prompt, 2)  # type: ignore[arg-type]
+    assert engine.stats.requests == requests and len(engine.manager.core.requests) == 0
+
+
+@pytest.mark.parametrize(("kwargs", "argument"), [
+    ({"max_new_tokens": -1}, "max_new_tokens"),
+    ({"max_new_tokens": 2.0}, "max_new_tokens"),
+    ({"max_new_tokens": 2, "chunk_tokens": 0}, "chunk_tokens"),
+])
+def test_engine_refuses_bad_counts_with_invalid_argument(engine: Engine, kwargs: dict[str, object],
+                                                         argument: str) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        engine.generate([1, 2, 3], **kwargs)  # type: ignore[arg-type]
+    assert info.value.action == "generate" and info.value.argument == argument
+    assert len(engine.manager.core.requests) == 0
+    with pytest.raises(InvalidArgument, match="evict: tier='disk'"):
+        engine.evict("disk")
+
+
+def test_engine_serves_integer_prompts_given_as_lists_or_arrays_alike(engine: Engine) -> None:
+    a = engine.generate([1, 2, 3, 4, 5], 3)
+    b = engine.generate(np.array([1, 2, 3, 4, 5], np.int32), 3)
+    assert np.array_equal(a.tokens, b.tokens) and engine.matches_recompute([1, 2, 3, 4, 5], b)
+
+
+# ---------------------------------------------------------------------------------------------- spec loader
+
+
+@pytest.mark.parametrize(("old", "new", "kind", "key", "message"), [
+    ('initial = "ABSENT"', 'initial = "NOWHERE"', "disk_prefix", "initial",
+     "unknown state 'NOWHERE': the initial state must be one of the kind's states (ABSENT, "),
+    ('initial = "ABSENT"', 'initial = "ABSENT"\ninital = "ABSENT"', "disk_prefix", "inital", "unknown key"),
+    ('{ source = "FREE", event = "reserve", dest = "RESERVED"',
+     '{ source = "FREE", event = "reserve", dest = "RESERVED", guard = "x"', "compressed_kv", "guard",
+     "unknown key"),
+])
+def test_a_spec_error_inside_a_kind_names_the_kind(tmp_path: Path, old: str, new: str, kind: str, key: str,
+                                                   message: str) -> None:
+    with pytest.raises(SpecError) as info:
+        load_lifecycle(mutated_spec(tmp_path, old, new))
+    err = info.value
+    assert err.kind == kind and err.key == key and err.fields["kind"] == kind
+    assert f"kind {kind!r}, {key}: " in str(err) and message in str(err)
+
+
+def test_a_spec_error_outside_the_kinds_names_no_kind(tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as info:
+        load_lifecycle(mutated_spec(tmp_path, "[meta]\nversion = 2", "[meta]\nversion = 2\nversoin = 2"))
+    assert info.value.kind is None and "kind " not in str(info.value)
