@@ -11,6 +11,7 @@ from hkv_core.errors import ConfigError
 from hkv_core.manager.limits import (
     MAX_BLOCK_ROWS,
     MAX_DEVICE_ALIGNMENT_BYTES,
+    MAX_PENDING_EVENTS,
     MAX_POINT_ROWS,
     MAX_POOL_PAGES,
     MAX_REQUEST_TOKENS,
@@ -29,7 +30,8 @@ DEFAULT_EVICT_SLACK_SHIFT = 6  # an eviction frees 1/64 of a pool beyond what th
 DEFAULT_BLOCK_HASH = "xxh3_128"
 UPPER_BOUNDS = {"default_pool_pages": MAX_POOL_PAGES, "pool_pages": MAX_POOL_PAGES, "max_requests": MAX_REQUESTS,
                 "max_request_tokens": MAX_REQUEST_TOKENS, "retain_every_blocks": MAX_RETAIN_EVERY_BLOCKS,
-                "max_blocks": MAX_BLOCK_ROWS, "max_points": MAX_POINT_ROWS}  # every size: docs/limits.md
+                "max_blocks": MAX_BLOCK_ROWS, "max_points": MAX_POINT_ROWS,
+                "max_pending_events": MAX_PENDING_EVENTS}  # every size: docs/limits.md
 
 
 def _hidden(seed: int | None) -> str:
@@ -130,6 +132,10 @@ class ManagerConfig:
             raise ConfigError(f"expected None or a power of two in [1, {MAX_DEVICE_ALIGNMENT_BYTES:,}], got "
                               f"{alignment!r}", source="ManagerConfig", key="device_alignment_bytes")
         self._check_keys()
+        for flag in ("retain_prompt_end", "allow_partial_page_copy", "debug_checks", "kv_events"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigError(f"expected True or False, got {getattr(self, flag)!r}", source="ManagerConfig",
+                                  key=flag)
 
     def _check_keys(self) -> None:
         seed = self.key_seed

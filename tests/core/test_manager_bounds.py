@@ -26,7 +26,17 @@ UPPER = [
     ("max_blocks", L.MAX_BLOCK_ROWS),
     ("max_points", L.MAX_POINT_ROWS),
     ("retain_every_blocks", L.MAX_RETAIN_EVERY_BLOCKS),
+    ("max_pending_events", L.MAX_PENDING_EVENTS),
 ]
+
+
+@pytest.mark.parametrize("flag", ["retain_prompt_end", "allow_partial_page_copy", "debug_checks", "kv_events"])
+def test_flags_are_booleans(flag: str) -> None:
+    for bad in (1, "yes", None):
+        with pytest.raises(ConfigError) as info:
+            ManagerConfig(**{flag: bad})
+        assert info.value.key == flag and repr(bad) in str(info.value)
+    assert getattr(ManagerConfig(**{flag: True}), flag) is True
 
 
 @pytest.mark.parametrize(("key", "upper"), UPPER)
