@@ -9,72 +9,113 @@ import click
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from hkv_cli.output import console, out, print_json
+from hkv_cli.errors import FAILED, OK, TRUNCATED, reading_spec
+from hkv_cli.output import console, out, plain, print_json
 from hkv_core.checker import CheckConfig, CheckResult, check
-from hkv_core.checker.impl import ImplCheckConfig, ImplCheckResult, check_implementation
+from hkv_core.checker import impl as impl_bound
+from hkv_core.checker import world as bound
+from hkv_core.checker.impl import ImplCheckConfig, ImplCheckResult, check_implementation, seeded_manager
 from hkv_core.spec import load_lifecycle
 
+_IMPL = ImplCheckConfig()
 
-@click.command("check")
+
+def exit_status(result: CheckResult, impl: ImplCheckResult | None) -> int:
+    """1 when an invariant is violated, else 3 when a state cap stopped either search, else 0."""
+    if result.violations or (impl is not None and impl.violations):
+        return FAILED
+    if result.truncated or (impl is not None and impl.truncated):
+        return TRUNCATED
+    return OK
+
+
+@click.command("check", epilog="Exit statuses: 0 every state within the bound explored, no violation; "
+                               "1 an invariant is violated (the shortest trace is printed); 2 bad input "
+                               "(an option out of range, a malformed --spec); 3 a state cap was reached "
+                               "before the bound was explored and no violation was found: TRUNCATED, no "
+                               "verdict (lower the bound).")
 @click.option("--spec", "spec_path", type=click.Path(dir_okay=False), default=None,
-              help="Lifecycle spec to check (default: the shipped specs/lifecycle.toml).")
-@click.option("--prefixes", default=CheckConfig().prefixes, show_default=True, type=click.IntRange(1, 4),
+              help="Lifecycle spec to check (default: the shipped specs/lifecycle.toml).  Both checks use it: "
+                   "the abstract world, and the real CacheManager, which runs on the tables compiled from it.")
+@click.option("--prefixes", default=CheckConfig().prefixes, show_default=True,
+              type=click.IntRange(1, bound.MAX_PREFIXES),
               help="Prefixes; each is one segment per kind of the spec: the device objects (4 kinds), "
                    "its disk record, its block (chained to the previous prefix's) and its resume point.")
 @click.option("--seeded", "seeded_prefixes", default=CheckConfig().seeded_prefixes, show_default=True,
-              type=click.IntRange(0, 4),
+              type=click.IntRange(0, bound.MAX_PREFIXES),
               help="Prefixes staged and published by request 0 in the seed worlds (at most --prefixes).")
-@click.option("--requests", default=CheckConfig().requests, show_default=True, type=click.IntRange(1, 4),
-              help="Concurrent requests.")
+@click.option("--requests", default=CheckConfig().requests, show_default=True,
+              type=click.IntRange(1, bound.MAX_REQUESTS), help="Concurrent requests.")
 @click.option("--slots", "device_slots", default=CheckConfig().device_slots, show_default=True,
-              type=click.IntRange(1, 30), help="Device slots shared by all device segments.")
-@click.option("--depth", "max_depth", default=CheckConfig().max_depth, show_default=True, type=click.IntRange(0),
-              help="Events explored beyond each seed world.")
-@click.option("--impl-depth", default=ImplCheckConfig().max_depth, show_default=True, type=click.IntRange(0),
-              help=f"API calls explored on the real CacheManager ({ImplCheckConfig().layout}, "
-                   f"{ImplCheckConfig().block_tokens}-token blocks, {ImplCheckConfig().pool_pages} pages a pool, "
-                   f"{ImplCheckConfig().max_requests} requests, from an index holding one computed prompt; "
-                   "0 skips the implementation check).")
+              type=click.IntRange(1, bound.MAX_DEVICE_SLOTS), help="Device slots shared by all device segments.")
+@click.option("--depth", "max_depth", default=CheckConfig().max_depth, show_default=True,
+              type=click.IntRange(0, bound.MAX_DEPTH), help="Events explored beyond each seed world.")
+@click.option("--max-states", default=bound.MAX_STATES, show_default=True,
+              type=click.IntRange(1, bound.MAX_STATES),
+              help="State cap of the abstract check (about 0.9 KB and 45 us a state): at the cap the search "
+                   "stops growing and the result is TRUNCATED (exit 3).")
+@click.option("--impl-depth", default=_IMPL.max_depth, show_default=True,
+              type=click.IntRange(0, impl_bound.MAX_DEPTH),
+              help=f"API calls explored on the real CacheManager ({_IMPL.layout}, {_IMPL.block_tokens}-token "
+                   f"blocks, {_IMPL.pool_pages} pages a pool, {_IMPL.max_requests} requests, from an index "
+                   "holding one computed prompt; 0 skips the implementation check).")
+@click.option("--impl-max-states", default=impl_bound.MAX_STATES, show_default=True,
+              type=click.IntRange(1, impl_bound.MAX_STATES),
+              help="State cap of the implementation check (about 30 KB and 2 ms a state): at the cap the "
+                   "search stops growing and the result is TRUNCATED (exit 3).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def check_command(spec_path: str | None, prefixes: int, seeded_prefixes: int, requests: int, device_slots: int,
-                  max_depth: int, impl_depth: int, as_json: bool) -> None:
+                  max_depth: int, max_states: int, impl_depth: int, impl_max_states: int, as_json: bool) -> None:
     """Explore every reachable state within the bound; evaluate every invariant in each.
 
     Two checks: the abstract lifecycle spec (every event on every segment:
     device objects, disk records, blocks and resume points), and the real
     CacheManager on a tiny layout (every sequence of public API calls, each on
-    a clone).  Exits 1 when an invariant is violated (the shortest trace is
-    printed).
+    a clone).
     """
-    spec = load_lifecycle(spec_path)
-    config = CheckConfig(prefixes=prefixes, requests=requests, device_slots=device_slots,
-                         max_depth=max_depth, seeded_prefixes=min(seeded_prefixes, prefixes))
+    with reading_spec(spec_path):
+        spec = load_lifecycle(spec_path)
+    config = CheckConfig(prefixes=prefixes, requests=requests, device_slots=device_slots, max_depth=max_depth,
+                         seeded_prefixes=min(seeded_prefixes, prefixes), max_states=max_states)
+    impl_config = ImplCheckConfig(max_depth=impl_depth, max_states=impl_max_states)
+    if impl_depth > 0:
+        seeded_manager(impl_config, spec)  # a spec the manager cannot run on is refused before the long search
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                   console=console, transient=True, disable=as_json) as bar:
         task = bar.add_task("exploring: 0 states", total=None)
         result = check(spec, config,
                        progress=lambda n: bar.update(task, description=f"exploring: {n:,} states"))
         impl = None
-        impl_config = ImplCheckConfig(max_depth=impl_depth)
         if impl_depth > 0:
             task2 = bar.add_task("manager: 0 states", total=None)
             impl = check_implementation(
-                impl_config, progress=lambda n: bar.update(task2, description=f"manager: {n:,} states"))
-    payload = result_dict(result, config)
-    payload["implementation"] = impl_dict(impl, impl_config) if impl else None
+                impl_config, progress=lambda n: bar.update(task2, description=f"manager: {n:,} states"), spec=spec)
+    status = exit_status(result, impl)
     if as_json:
+        payload = result_dict(result, config)
+        payload["implementation"] = impl_dict(impl, impl_config) if impl else None
+        payload["spec"] = spec.source
+        payload["status"] = {OK: "ok", FAILED: "violations", TRUNCATED: "truncated"}[status]
+        payload["exit_status"] = status
         print_json(payload)
     else:
-        _print_table(result)
+        out.print(f"spec: {plain(spec.source)} (both checks)" if impl else f"spec: {plain(spec.source)}",
+                  highlight=False)
+        _print_table(result, config)
         if impl:
             _print_impl(impl, impl_config)
-    raise SystemExit(1 if result.violations or (impl and impl.violations) else 0)
+        if status == TRUNCATED:
+            out.print("[yellow]TRUNCATED[/yellow]: a state cap stopped the search before the bound was explored; "
+                      "no violation in the states explored, but no verdict (exit 3). Lower --depth, --prefixes, "
+                      "--requests or --impl-depth.", highlight=False)
+    raise SystemExit(status)
 
 
 def impl_dict(result: ImplCheckResult, config: ImplCheckConfig) -> dict[str, Any]:
     return {"states_explored": result.states_explored, "calls_explored": result.calls_explored,
             "failed_calls_unchanged": result.failed_calls, "invariants_checked": result.invariants_checked,
             "violations": [{"invariant": name, "trace": list(trace)} for name, trace in result.violations],
+            "truncated": result.truncated,
             "seconds": round(result.seconds, 3), "bound": _plain(attrs.asdict(config)),
             "transitions_taken": list(result.transitions_taken),
             "transitions_missed": list(result.transitions_missed)}
@@ -89,10 +130,16 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _search(truncated: bool, cap: int) -> str:
+    """The table's verdict on the search itself: did it cover the bound?"""
+    return f"[yellow]TRUNCATED[/yellow] at the state cap ({cap:,})" if truncated else "complete (whole bound)"
+
+
 def _print_impl(result: ImplCheckResult, config: ImplCheckConfig) -> None:
-    table = Table(title=f"hkv check: CacheManager on {config.layout} (every API call sequence)")
+    table = Table(title=f"hkv check: CacheManager on {plain(config.layout)} (every API call sequence)")
     table.add_column("measure")
     table.add_column("value", justify="right")
+    table.add_row("search", _search(result.truncated, config.max_states))
     for name, value in [("states explored", result.states_explored), ("calls explored", result.calls_explored),
                         ("failed calls (state unchanged)", result.failed_calls),
                         ("invariant evaluations", result.invariants_checked),
@@ -102,11 +149,11 @@ def _print_impl(result: ImplCheckResult, config: ImplCheckConfig) -> None:
     out.print(table)
     if result.transitions_missed:
         out.print("steps the manager can take on this layout that no explored call took: "
-                  + ", ".join(result.transitions_missed))
+                  + ", ".join(plain(t) for t in result.transitions_missed), highlight=False)
     for name, trace in result.violations:
-        out.print(f"[red]VIOLATION {name}[/red]")
+        out.print(f"[red]VIOLATION {plain(name)}[/red]", highlight=False)
         for step, label in enumerate(trace, 1):
-            out.print(f"  {step:3d}. {label}")
+            out.print(f"  {step:3d}. {plain(label)}", highlight=False)
 
 
 def result_dict(result: CheckResult, config: CheckConfig) -> dict[str, Any]:
@@ -122,10 +169,11 @@ def result_dict(result: CheckResult, config: CheckConfig) -> dict[str, Any]:
     }
 
 
-def _print_table(result: CheckResult) -> None:
+def _print_table(result: CheckResult, config: CheckConfig) -> None:
     table = Table(title="hkv check: lifecycle spec")
     table.add_column("measure")
     table.add_column("value", justify="right")
+    table.add_row("search", _search(result.truncated, config.max_states))
     for name, value in [("states explored", result.states_explored),
                         ("transitions explored", result.transitions_explored),
                         ("invariant evaluations", result.invariants_checked),
@@ -135,6 +183,6 @@ def _print_table(result: CheckResult) -> None:
         table.add_row(name, f"{value:,}" if isinstance(value, int) else str(value))
     out.print(table)
     for v in result.violations:
-        out.print(f"[red]VIOLATION {v.invariant}[/red]: {v.message}")
+        out.print(f"[red]VIOLATION {plain(v.invariant)}[/red]: {plain(v.message)}", highlight=False)
         for step, label in enumerate(v.trace, 1):
-            out.print(f"  {step:3d}. {label}")
+            out.print(f"  {step:3d}. {plain(label)}", highlight=False)

@@ -1,4 +1,9 @@
-"""Shared output helpers: JSON to stdout, rich tables and progress to stderr."""
+"""Shared output helpers: JSON to stdout, rich tables and progress to stderr, errors as one line or JSON.
+
+Rich reads `[...]` as markup, so every text that comes from the user (paths,
+file names) or holds literal brackets (`'hkv[plot]'`) goes through `plain`
+(escaped markup) before it reaches a console.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +12,28 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
 
 console = Console(stderr=True)
 out = Console()
 
 
+def plain(value: object) -> str:
+    """`value` as text with rich markup escaped: it prints exactly as written."""
+    return escape(str(value))
+
+
 def print_json(payload: dict[str, Any]) -> None:
     """Machine-readable output: one JSON document on stdout."""
-    sys.stdout.write(json.dumps(payload, indent=2, sort_keys=False) + "\n")
+    sys.stdout.write(json.dumps(payload, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def print_error(kind: str, message: str, fields: dict[str, Any], status: int, *, as_json: bool) -> None:
+    """An error as one line on stderr, or with --json as {"error": {...}} on stdout."""
+    if as_json:
+        print_json({"error": {"type": kind, "message": message, "fields": fields, "exit_status": status}})
+    else:
+        line = Text("error", style="red")
+        line.append(f" ({kind}): {message}")
+        console.print(line, highlight=False, soft_wrap=True)

@@ -57,7 +57,7 @@ class CheckResult:
     invariants_checked: int
     invariant_names: tuple[str, ...]
     violations: tuple[Violation, ...]
-    truncated: bool
+    truncated: bool  # the state cap (config.max_states) stopped the search: worlds within the bound went unexplored
     seconds: float
 
 
@@ -208,7 +208,9 @@ def check(spec: LifecycleSpec, config: CheckConfig | None = None,
     prefixes, the world where request 0 has written its objects (READY, so
     publish / publish_pinned / abort are within reach) and the world where
     they are published, the block indexed and the point kept (reached through
-    real transitions, so traces start from the empty world).
+    real transitions, so traces start from the empty world).  When
+    `max_states` worlds are found the search stops growing: every world found
+    is still checked, and the result says `truncated`.
     """
     started = time.perf_counter()
     explorer = Explorer(spec, config or CheckConfig())
@@ -226,15 +228,15 @@ def check(spec: LifecycleSpec, config: CheckConfig | None = None,
         for name, message in broken:
             found.setdefault(name, Violation(invariant=name, message=message,
                                              trace=_trace(parent, world)))
-        if broken or depth >= topo.config.max_depth:
-            continue
+        if broken or depth >= topo.config.max_depth or truncated:
+            continue  # once truncated, the worlds already found are checked but not expanded
         for label, nxt in explorer.successors(world):
             transitions += 1
             if nxt in depth_of:
                 continue
             if len(depth_of) >= topo.config.max_states:
                 truncated = True
-                continue
+                break
             parent.setdefault(nxt, (world, label))  # a seed script world keeps its script parent
             depth_of[nxt] = depth + 1
             queue.append((nxt, depth + 1))

@@ -11,7 +11,10 @@ pages retire, then are reclaimed) - lie within a few calls.  Each call runs on a
 clone of the manager; states are deduplicated by the manager's snapshot.  In
 every state every spec invariant is evaluated on the live structures
 (`check_invariants`); a call that raises an HkvError must leave the snapshot
-unchanged.  Violations come with the shortest call trace.
+unchanged.  Violations come with the shortest call trace.  At `max_states`
+states the search stops growing (every state found is still checked) and the
+result says `truncated`.  Given a lifecycle spec, the manager runs on it (its
+compiled tables, its invariants); by default on the shipped one.
 """
 
 from __future__ import annotations
@@ -24,14 +27,22 @@ from collections.abc import Callable, Iterator
 import attrs
 import numpy as np
 
+from hkv_core.checker.world import within
 from hkv_core.errors import HkvError
 from hkv_core.layout import Layout
 from hkv_core.manager import CacheManager, ManagerConfig, check_invariants
+from hkv_core.manager.core import Core
 from hkv_core.manager.roles import events_fired
 from hkv_core.plan import Completion
+from hkv_core.spec.records import LifecycleSpec
 
 Action = Callable[[CacheManager], None]
 PROGRESS_EVERY_STATES = 500
+# The largest bound `hkv check` accepts (docs/cli.md says why).  Every state holds a manager clone (about
+# 30 KB on tiny_csa) and costs about 2 ms to expand; 50,000 states are about 1.5 GB and under two minutes.
+# The default depth, 6, reaches about 18,000 states; depth 7 already meets the cap.
+MAX_DEPTH = 12
+MAX_STATES = 50_000
 
 
 @attrs.frozen(kw_only=True)
@@ -45,6 +56,11 @@ class ImplCheckConfig:
     chunk_tokens: tuple[int, ...] = (4, 8)
     seeded: tuple[int, ...] = (0,)  # prompts computed and released before the search starts
     stop_on_violation: bool = False  # end the search at the first violation (broken-variant tests)
+    max_states: int = MAX_STATES  # at the cap the search stops growing and the result says truncated
+
+    def __attrs_post_init__(self) -> None:
+        within("ImplCheckConfig", "max_depth", self.max_depth, 0, MAX_DEPTH)
+        within("ImplCheckConfig", "max_states", self.max_states, 1, MAX_STATES)
 
 
 @attrs.frozen(kw_only=True)
@@ -57,6 +73,7 @@ class ImplCheckResult:
     seconds: float
     transitions_taken: tuple[str, ...] = ()  # "kind.event" steps some explored call took
     transitions_missed: tuple[str, ...] = ()  # steps the manager can take on this layout that none did
+    truncated: bool = False  # the state cap (config.max_states) stopped the search
 
 
 def fired_transitions(m: CacheManager) -> set[tuple[str, str]]:
@@ -141,11 +158,18 @@ def _evict(m: CacheManager, units: int | None) -> None:
     m.evict(units)
 
 
-def seeded_manager(config: ImplCheckConfig) -> CacheManager:
-    """The search's start: a manager whose index holds the seeded prompts (each computed whole, then released)."""
-    m = CacheManager(Layout.from_preset(config.layout, block_tokens=config.block_tokens),
-                     ManagerConfig(default_pool_pages=config.pool_pages, max_requests=config.max_requests,
-                                   retain_every_blocks=config.retain_every_blocks, key_seed=7))
+def seeded_manager(config: ImplCheckConfig, spec: LifecycleSpec | None = None) -> CacheManager:
+    """The search's start: a manager whose index holds the seeded prompts (each computed whole, then released).
+
+    With `spec`, the manager runs on that lifecycle spec instead of the shipped one (SpecError when the spec
+    lacks an event the manager fires on this layout).
+    """
+    layout = Layout.from_preset(config.layout, block_tokens=config.block_tokens)
+    limits = ManagerConfig(default_pool_pages=config.pool_pages, max_requests=config.max_requests,
+                           retain_every_blocks=config.retain_every_blocks, key_seed=7)
+    m = CacheManager(layout, limits)
+    if spec is not None:
+        m.core = Core(layout, limits, spec)
     every = prompts(m.core.block_tokens)
     for i in config.seeded:
         rid = m.add_request(every[i])
@@ -159,17 +183,22 @@ def seeded_manager(config: ImplCheckConfig) -> CacheManager:
 
 
 def check_implementation(config: ImplCheckConfig | None = None,
-                         progress: Callable[[int], None] | None = None) -> ImplCheckResult:
-    """Explore every API call sequence up to the bound; check every invariant in every state."""
+                         progress: Callable[[int], None] | None = None,
+                         spec: LifecycleSpec | None = None) -> ImplCheckResult:
+    """Explore every API call sequence up to the bound; check every invariant in every state.
+
+    `spec`: the lifecycle spec the manager runs on (default: the shipped one).
+    """
     config = config or ImplCheckConfig()
     started = time.perf_counter()
-    start = seeded_manager(config)
+    start = seeded_manager(config, spec)
     taken: set[tuple[str, str]] = set()  # shared by every clone: the steps any explored call took
     start.core.objects.seen = taken
     seen = {state_key(start)}
     seeding = tuple(f"seed(prompt{i}: add, match+acquire, allocate, commit, release)" for i in config.seeded)
     queue: deque[tuple[CacheManager, tuple[str, ...]]] = deque([(start, seeding)])
     calls = failed = checked = 0
+    truncated = False
     violations: dict[str, tuple[str, ...]] = {}
     while queue:
         m, trace = queue.popleft()
@@ -178,6 +207,8 @@ def check_implementation(config: ImplCheckConfig | None = None,
         checked += 1
         if len(trace) - len(seeding) >= config.max_depth or (violations and config.stop_on_violation):
             continue
+        if truncated:
+            continue  # the states already found are checked, not expanded
         for label, action in list(actions(config, m)):
             calls += 1
             twin, before = m.clone(), m.snapshot()
@@ -193,6 +224,9 @@ def check_implementation(config: ImplCheckConfig | None = None,
                 continue
             key = state_key(twin)
             if key not in seen:
+                if len(seen) >= config.max_states:
+                    truncated = True
+                    break
                 seen.add(key)
                 queue.append((twin, trace + (label,)))
                 if progress is not None and len(seen) % PROGRESS_EVERY_STATES == 0:
@@ -202,4 +236,5 @@ def check_implementation(config: ImplCheckConfig | None = None,
                            invariants_checked=checked * len(start.core.spec.invariants), failed_calls=failed,
                            violations=tuple(violations.items()), seconds=time.perf_counter() - started,
                            transitions_taken=tuple(sorted(f"{k}.{e}" for k, e in taken)),
-                           transitions_missed=tuple(sorted(f"{k}.{e}" for k, e in possible - taken)))
+                           transitions_missed=tuple(sorted(f"{k}.{e}" for k, e in possible - taken)),
+                           truncated=truncated)

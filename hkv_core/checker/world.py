@@ -21,7 +21,7 @@ from typing import NamedTuple, Protocol
 
 import attrs
 
-from hkv_core.errors import SpecError
+from hkv_core.errors import InvalidArgument, SpecError
 from hkv_core.spec.names import Event, State
 from hkv_core.spec.records import KindSpec, LifecycleSpec
 from hkv_core.spec.table import KindTable, compile_lifecycle
@@ -95,9 +95,35 @@ class Move:
         return World(segs=tuple(self.segs), reqs=tuple(self.reqs), free_slots=self.free_slots)
 
 
+# The largest bound `hkv check` accepts (its --help shows them as ranges; docs/cli.md says why).  A world is
+# prefixes x 7 segments plus a record per request; each extra prefix or request multiplies the reachable worlds,
+# and at 4 and 4 the state cap, not the depth, ends the search.  The slot mask is one int of `device_slots` bits.
+# MAX_STATES bounds memory (about 0.9 KB a world with its BFS parent) and, since the search stops growing at
+# the cap, the run time (about 45 us a world): 2,000,000 worlds are under 2 GB and about 90 s on one core.
+# MAX_DEPTH only rejects nonsense: the state cap, not the depth, bounds the work.
+MAX_PREFIXES = 4
+MAX_REQUESTS = 4
+MAX_DEVICE_SLOTS = 30
+MAX_DEPTH = 64
+MAX_STATES = 2_000_000
+
+
+def within(action: str, name: str, value: int, low: int, high: int | None = None) -> None:
+    """A bound's argument check: InvalidArgument(action, name, value) unless low <= value <= high."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(action=action, argument=name, value=value, reason="must be an int")
+    if value < low or (high is not None and value > high):
+        reason = f"must lie in [{low}, {high}]" if high is not None else f"must be at least {low}"
+        raise InvalidArgument(action=action, argument=name, value=value, reason=reason)
+
+
 @attrs.frozen(kw_only=True)
 class CheckConfig:
-    """The bound of a model check: how big the explored world is."""
+    """The bound of a model check: how big the explored world is.
+
+    `max_states` caps the worlds explored: at the cap the search stops growing (every world found is still
+    checked) and the result says `truncated`.  Out-of-range values raise `InvalidArgument`.
+    """
 
     prefixes: int = 2
     requests: int = 3
@@ -106,13 +132,17 @@ class CheckConfig:
     version_cap: int = 1
     max_depth: int = 3
     seeded_prefixes: int = 2
-    max_states: int = 2_000_000
+    max_states: int = MAX_STATES
 
     def __attrs_post_init__(self) -> None:
-        assert 1 <= self.prefixes <= 4 and 1 <= self.requests <= 4, "keep the bound small"
-        assert 1 <= self.device_slots <= 30 and self.rows_per_segment >= 1
-        assert self.version_cap >= 0 and self.max_states > 0 and self.max_depth >= 0
-        assert 0 <= self.seeded_prefixes <= self.prefixes
+        within("CheckConfig", "prefixes", self.prefixes, 1, MAX_PREFIXES)
+        within("CheckConfig", "requests", self.requests, 1, MAX_REQUESTS)
+        within("CheckConfig", "device_slots", self.device_slots, 1, MAX_DEVICE_SLOTS)
+        within("CheckConfig", "rows_per_segment", self.rows_per_segment, 1)  # not options: max_states bounds them
+        within("CheckConfig", "version_cap", self.version_cap, 0)
+        within("CheckConfig", "max_depth", self.max_depth, 0, MAX_DEPTH)
+        within("CheckConfig", "seeded_prefixes", self.seeded_prefixes, 0, self.prefixes)
+        within("CheckConfig", "max_states", self.max_states, 1, MAX_STATES)
 
 
 def private_states(spec: LifecycleSpec, kind: KindSpec) -> frozenset[str]:

@@ -51,7 +51,12 @@ def test_check_table_output_and_skipping_the_manager() -> None:
 
 def test_check_refuses_a_bound_out_of_range() -> None:
     done = hkv("check", "--prefixes", "9", "--json")
-    assert done.returncode == 2 and "--prefixes" in done.stderr
+    assert done.returncode == 2 and done.stderr == ""
+    error = json.loads(done.stdout)["error"]
+    assert error["type"] == "BadParameter" and error["fields"] == {"param": "--prefixes"}
+    assert "1<=x<=4" in error["message"]
+    done = hkv("check", "--prefixes", "9")
+    assert done.returncode == 2 and "--prefixes" in done.stderr and done.stdout == ""
 
 
 def test_check_exits_1_and_prints_trace_on_a_broken_spec(tmp_path: Path) -> None:
@@ -67,8 +72,9 @@ def test_check_exits_1_and_prints_trace_on_a_broken_spec(tmp_path: Path) -> None
 def test_bad_preset_is_a_typed_error_with_exit_2() -> None:
     done = hkv("inspect", "no_such_model", "--json")
     assert done.returncode == 2
-    error = json.loads(done.stdout)
-    assert error["error"] == "ConfigError" and "no_such_model" in error["message"]
+    error = json.loads(done.stdout)["error"]
+    assert error["type"] == "ConfigError" and "no_such_model" in error["message"]
+    assert error["fields"]["source"] == "no_such_model" and error["exit_status"] == 2
 
 
 def test_spec_diagram_is_mermaid_with_every_kind() -> None:
@@ -77,3 +83,51 @@ def test_spec_diagram_is_mermaid_with_every_kind() -> None:
     assert done.stdout.startswith("stateDiagram-v2")
     for kind in ("compressed_kv", "compressor_tail", "swa_window", "indexer_state", "disk_prefix"):
         assert f"state {kind} {{" in done.stdout
+
+
+def test_check_at_its_state_cap_says_truncated_and_exits_3() -> None:
+    done = hkv("check", "--max-states", "50", "--impl-depth", "0")
+    assert done.returncode == 3, done.stderr
+    assert "TRUNCATED at the state cap (50)" in done.stdout and "no verdict" in done.stdout
+    done = hkv("check", "--max-states", "50", "--impl-depth", "0", "--json")
+    assert done.returncode == 3
+    result = json.loads(done.stdout)
+    assert result["truncated"] is True and result["states_explored"] == 50
+    assert result["status"] == "truncated" and result["exit_status"] == 3 and result["violations"] == []
+
+
+def test_the_implementation_check_at_its_state_cap_says_truncated() -> None:
+    done = hkv("check", "--depth", "0", "--impl-depth", "4", "--impl-max-states", "30", "--json")
+    assert done.returncode == 3, done.stderr
+    result = json.loads(done.stdout)
+    assert result["truncated"] is False and result["implementation"]["truncated"] is True
+    assert result["implementation"]["states_explored"] == 30 and result["status"] == "truncated"
+    table = hkv("check", "--depth", "0", "--impl-depth", "4", "--impl-max-states", "30")
+    assert table.returncode == 3 and table.stdout.count("TRUNCATED at the state cap") == 1
+    assert "complete (whole bound)" in table.stdout  # the abstract check, not truncated
+
+
+def test_check_spec_applies_to_the_implementation_check(tmp_path: Path) -> None:
+    """A spec without the event `retire` passes the abstract check but the manager (which retires window
+    pages) cannot run on it: with --impl-depth the check says so; without, it never looks."""
+    path = mutated_spec(tmp_path, 'event = "retire"', 'event = "expire"')
+    small = ("check", "--spec", str(path), "--prefixes", "1", "--requests", "1", "--depth", "2")
+    abstract_only = hkv(*small, "--impl-depth", "0", "--json")
+    assert abstract_only.returncode == 0, abstract_only.stdout
+    assert json.loads(abstract_only.stdout)["spec"] == str(path)
+    both = hkv(*small, "--impl-depth", "1", "--json")
+    assert both.returncode == 2
+    error = json.loads(both.stdout)["error"]
+    assert error["type"] == "SpecError" and "retire" in error["message"]
+    assert error["fields"]["table"] == "kinds.swa_window"
+    shipped = hkv("check", "--prefixes", "1", "--requests", "1", "--depth", "1", "--impl-depth", "1")
+    assert shipped.returncode == 0 and "(both checks)" in shipped.stdout
+
+
+def test_paths_with_brackets_print_as_written(tmp_path: Path) -> None:
+    path = mutated_spec(tmp_path, 'event = "retire"', 'event = "retire"')  # the shipped spec, copied
+    bracketed = path.rename(tmp_path / "life[bold]cycle.toml")
+    done = hkv("check", "--spec", str(bracketed), "--prefixes", "1", "--requests", "1", "--depth", "1",
+               "--impl-depth", "0")
+    assert done.returncode == 0, done.stderr
+    assert "life[bold]cycle.toml" in " ".join(done.stdout.split()).replace(" ", "")
