@@ -10,6 +10,7 @@ must make the check fail: it proves the check can.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,22 +18,43 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from hkv_cli.output import console, out, print_json
+from hkv_cli.errors import FAILED, OK, output_folder, writing
+from hkv_cli.output import console, out, plain, print_json
+from hkv_core.spec.validation import load_validation
 from hkv_exec_ref.demo import DemoReport, WorkloadConfig, generate_trace, run_demo
 from hkv_exec_ref.demo.chart import write_chart
-from hkv_exec_ref.demo.workload import write_trace
+from hkv_exec_ref.demo.workload import MAX_REQUESTS, MAX_SEED, write_trace
 from hkv_exec_ref.tiny_v4 import Fault
 
 FAULTS = {f.name.lower(): f for f in Fault if f.name and f is not Fault.NONE}
 TRACE_NAME = "demo_trace.jsonl"
+SHOWN = 10  # the longest list printed whole; longer ones end in an ellipsis
+EFFECT = {"rule": "rule applied, hit kept", "shorten": "hit shortened (the rest recomputed)",
+          "reject": "hit rejected (all recomputed)"}
+EFFECT_OF_CODE = {"LCM_BOUNDARY": "good: pages shared, no copy", "PARTIAL_PAGE_COPY": "fine: one page copied"}
+UNITS = {
+    "cached_tokens": "prompt tokens not recomputed: each request resumed from a cached prefix of that length",
+    "computed_tokens": "tokens run through the model: prompt tokens after the hit, plus one decode step per "
+                       "generated token but the last (the prefill yields the first token)",
+    "cached_by_kind": "per object kind, the prompt positions whose state of that kind was read from the cache "
+                      "(compressed KV and indexer keys cover the hit rounded down to the compression ratio, the "
+                      "window only its last rows, the compressor tail only the rows of the open entry)",
+    "validation": "layer -> reason code -> requests whose hit got that outcome",
+    "pages_moved": "pages copied or loaded by plans",
+    "entries_copied": "entries (rows of a pool page) copied by plans",
+    "entries_written": "entries written by forward passes",
+}
 
 
-@click.command("demo")
-@click.option("--requests", default=WorkloadConfig().requests, show_default=True, type=click.IntRange(1),
-              help="Requests in the built-in workload.")
-@click.option("--seed", default=0, show_default=True, help="Workload, model and block-key seed.")
+@click.command("demo", epilog="Exit statuses: 0 every response equals recomputation; 1 a response differs; "
+                              "2 bad input (an option out of range, an --out folder that cannot be written).")
+@click.option("--requests", default=WorkloadConfig().requests, show_default=True,
+              type=click.IntRange(1, MAX_REQUESTS),
+              help=f"Requests in the built-in workload (each about 0.06 s: {MAX_REQUESTS:,} take about 5 minutes).")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, MAX_SEED),
+              help="Workload, model and block-key seed.")
 @click.option("--out", "out_dir", default="out", show_default=True, type=click.Path(file_okay=False),
-              help="Folder for the chart (demo_hits.png) and the trace (demo_trace.jsonl).")
+              help="Folder for the chart (demo_hits.png) and the trace (demo_trace.jsonl); created if missing.")
 @click.option("--fault", type=click.Choice(sorted(FAULTS)), default=None,
               help="Testing: break every resume from the pools this way; the check must then fail (exit 1).")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
@@ -41,62 +63,102 @@ def demo_command(requests: int, seed: int, out_dir: str, fault: str | None, as_j
 
     Prints requests, tokens served, tokens from cache per object kind, hit
     validation outcomes per layer and reason, pages moved and the exact-match
-    count; writes a PNG of the cache hit length per request (needs matplotlib:
-    pip install 'hkv[plot]').  Exits 1 if any served output differs from
-    recomputation.
+    count, each with what it means; writes a PNG of the cache hit length per
+    request (needs matplotlib: pip install 'hkv[plot]').
     """
     cfg = WorkloadConfig(requests=requests, seed=seed)
-    folder = Path(out_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    write_trace(generate_trace(cfg), folder / TRACE_NAME)
+    folder = output_folder("--out", Path(out_dir))
+    trace = folder / TRACE_NAME
+    with writing("--out", trace):  # written before serving: an unwritable folder fails at once
+        write_trace(generate_trace(cfg), trace)
     with Progress(TextColumn("serving"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True, disable=as_json) as bar:
         task = bar.add_task("serving", total=requests)
         report = run_demo(cfg, fault=FAULTS[fault] if fault else Fault.NONE,
                           progress=lambda done: bar.update(task, completed=done))
-    chart = write_chart(report, folder)
+    with writing("--out", folder):
+        chart = write_chart(report, folder)
     if as_json:
-        print_json({**report.to_dict(), "trace": str(folder / TRACE_NAME), "chart": str(chart) if chart else None})
+        print_json({**report.to_dict(), "units": UNITS, "trace": str(trace),
+                    "chart": str(chart) if chart else None})
     else:
-        _print(report, chart, folder / TRACE_NAME)
-    raise SystemExit(0 if report.ok else 1)
+        _print(report, chart, trace)
+    raise SystemExit(OK if report.ok else FAILED)
 
 
-def _figures(report: DemoReport) -> list[tuple[str, Any]]:
+def cut(items: Sequence[object], shown: int = SHOWN) -> str:
+    """The first `shown` items, then an ellipsis saying how many more there are."""
+    head = ", ".join(str(i) for i in items[:shown])
+    return head if len(items) <= shown else f"{head}, ... ({len(items) - shown:,} more)"
+
+
+def _figures(report: DemoReport) -> list[tuple[str, Any, str]]:
     share = report.cached_tokens / max(1, report.prompt_tokens)
-    rows: list[tuple[str, Any]] = [
-        ("requests", report.requests),
-        ("tokens served (prompt + generated)", report.tokens_served),
-        ("prompt tokens from cache", f"{report.cached_tokens:,} ({share:.0%})"),
-        ("tokens computed (prefill + decode steps)", report.computed_tokens),
+    rows: list[tuple[str, Any, str]] = [
+        ("requests", report.requests, "trace records, served in arrival order"),
+        ("prompt tokens", report.prompt_tokens, "sum of the requests' input lengths"),
+        ("generated tokens", report.generated_tokens, "sum of the requests' output lengths"),
+        ("tokens served (prompt + generated)", report.tokens_served, ""),
+        ("prompt tokens from cache", f"{report.cached_tokens:,} ({share:.0%})",
+         "not recomputed: each request resumed from a cached prefix"),
+        ("tokens computed (prefill + decode steps)", report.computed_tokens,
+         "prompt tokens after the hit + one decode step per generated token but the last "
+         "(the prefill yields the first), so cached + computed = served - requests"),
     ]
-    rows += [(f"  from cache: {kind}", n) for kind, n in report.cached_by_kind.items()]
-    rows += [("pages moved (copy / load ops)", report.pages_moved), ("entries copied", report.entries_copied),
-             ("entries written by forward passes", report.entries_written),
-             ("evicted blocks / resume points", f"{report.evicted_blocks} / {report.evicted_points}"),
-             ("exact match with recomputation", f"{report.exact_matches}/{report.requests}"),
-             ("seconds", f"{report.seconds:.1f}")]
+    rows += [(f"  from cache: {kind} (token positions)", n, _KIND_MEANING.get(kind, ""))
+             for kind, n in report.cached_by_kind.items()]
+    rows += [("pages moved (copy / load ops)", report.pages_moved, "pages copied or loaded by plans"),
+             ("entries copied", report.entries_copied, "pool rows copied by plans (copy-on-write, tail seeds)"),
+             ("entries written by forward passes", report.entries_written, "pool rows the model wrote"),
+             ("evicted blocks / resume points", f"{report.evicted_blocks:,} / {report.evicted_points:,}",
+              "dropped from the index to make room (small pools on purpose)"),
+             ("exact match with recomputation", f"{report.exact_matches:,}/{report.requests:,}",
+              "responses bit-identical to a run without the cache"),
+             ("seconds", f"{report.seconds:.1f}", "serving and checking")]
     return rows
 
 
+_KIND_MEANING = {
+    "compressed_kv": "the hit, rounded down to the compression ratio",
+    "indexer_state": "the hit, rounded down to the compression ratio",
+    "swa_window": "only the window's last rows before the hit",
+    "compressor_tail": "only the rows of the compressed entry still open at the hit",
+}
+
+
 def _print(report: DemoReport, chart: Path | None, trace: Path) -> None:
-    fault = "" if report.fault == "NONE" else f", fault {report.fault}"
+    fault = "" if report.fault == "NONE" else f", fault {plain(report.fault)}"
     table = Table(title=f"hkv demo: tiny V4 served through the cache{fault}")
     table.add_column("measure")
     table.add_column("value", justify="right")
-    for name, value in _figures(report):
-        table.add_row(name, f"{value:,}" if isinstance(value, int) else str(value))
+    table.add_column("meaning", style="dim")
+    for name, value, meaning in _figures(report):
+        table.add_row(plain(name), f"{value:,}" if isinstance(value, int) else plain(value), plain(meaning))
     out.print(table)
-    reasons = Table(title="hit validation outcomes (requests)")
-    for column in ("layer", "reason", "requests"):
-        reasons.add_column(column, justify="right" if column == "requests" else "left")
-    for layer, codes in report.validation.items():
-        for code, n in codes.items():
-            reasons.add_row(layer, code, f"{n:,}")
+    _print_validation(report)
+    if report.ok:
+        out.print("[green]every response equals recomputation[/green]")
+    else:
+        out.print(f"[red]{len(report.mismatches):,} responses differ from recomputation: requests "
+                  f"{plain(cut(report.mismatches))}[/red]", highlight=False)
+    out.print(f"trace: {plain(trace)}", highlight=False)
+    out.print(f"chart: {plain(chart)}" if chart else
+              plain("chart skipped: matplotlib is not installed (pip install 'hkv[plot]')"), highlight=False)
+
+
+def _print_validation(report: DemoReport) -> None:
+    """Per layer and reason code: how many requests' hits got that outcome, and what it means."""
+    if not report.validation:
+        out.print("hit validation: no request found a cached prefix, so no hit was validated", highlight=False)
+        return
+    codes = load_validation().codes
+    reasons = Table(title="hit validation outcomes (requests whose hit got each; a hit can get several)")
+    for column in ("layer", "reason", "effect", "requests", "meaning"):
+        reasons.add_column(column, justify="right" if column == "requests" else "left",
+                           style="dim" if column == "meaning" else None)
+    for layer, by_code in report.validation.items():
+        for code, n in by_code.items():
+            spec = codes.get(code)
+            effect = EFFECT_OF_CODE.get(code) or (EFFECT.get(spec.kind, "") if spec else "")
+            reasons.add_row(plain(layer), plain(code), effect, f"{n:,}", plain(spec.description) if spec else "")
     out.print(reasons)
-    verdict = "[green]every response equals recomputation[/green]" if report.ok else (
-        f"[red]{len(report.mismatches)} responses differ from recomputation: requests "
-        f"{list(report.mismatches)[:10]}[/red]")
-    out.print(verdict)
-    out.print(f"trace: {trace}")
-    out.print(f"chart: {chart}" if chart else "chart skipped: matplotlib is not installed (pip install 'hkv[plot]')")

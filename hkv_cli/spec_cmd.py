@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from hkv_cli.errors import output_folder, writing
 from hkv_cli.output import console, print_json
 from hkv_core.spec import load_lifecycle
 from hkv_core.spec.diagram import graphviz_available, mermaid, render_graphviz
@@ -31,15 +32,15 @@ def diagram_command(out_dir: str | None, fmt: str, as_json: bool) -> None:
         else:
             click.echo(text, nl=False)
         return
-    directory = Path(out_dir)
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = output_folder("--out", Path(out_dir))
     files = [directory / "lifecycle.mmd"]
-    files[0].write_text(text)
-    if graphviz_available():
-        files += [render_graphviz(kind, directory / f"{kind.name}.{fmt}") for kind in spec.kinds.values()]
-    else:
+    with writing("--out", directory):
+        files[0].write_text(text)
+        if graphviz_available():
+            files += [render_graphviz(kind, directory / f"{kind.name}.{fmt}") for kind in spec.kinds.values()]
+    if not graphviz_available():
         console.print("Graphviz not found: wrote Mermaid text only "
-                      "(pip install graphviz; apt-get install graphviz)")
+                      "(pip install graphviz; apt-get install graphviz)", markup=False, highlight=False)
     if as_json:
         print_json({"files": [str(f) for f in files], "graphviz": graphviz_available()})
     else:

@@ -13,6 +13,7 @@ from hkv_exec_ref.demo.runner import DemoReport
 
 CHART_NAME = "demo_hits.png"
 KIND_COLORS = {"chat": "#4878d0", "agent": "#ee854a"}
+MAX_WIDTH_INCHES = 40.0  # 4,800 pixels at 120 dpi: past about 330 requests the bars get thinner, not the PNG wider
 
 
 def plotting_available() -> bool:
@@ -30,7 +31,7 @@ def write_chart(report: DemoReport, out_dir: Path) -> Path | None:
 
     rows = report.rows
     x = [r.index for r in rows]
-    fig, ax = plt.subplots(figsize=(max(6.0, len(rows) * 0.12), 3.6), dpi=120)
+    fig, ax = plt.subplots(figsize=(min(MAX_WIDTH_INCHES, max(6.0, len(rows) * 0.12)), 3.6), dpi=120)
     ax.bar(x, [r.input_length for r in rows], color="#dddddd", label="prompt tokens")
     for kind, color in KIND_COLORS.items():
         mine = [r for r in rows if r.kind == kind]

@@ -29,9 +29,15 @@ from typing import Any
 import attrs
 import numpy as np
 
+from hkv_core.errors import InvalidArgument
 from hkv_exec_ref.tiny_v4.numerics import I64
 
 SESSION_KINDS = ("chat", "agent")
+# The demo's bounds.  A request costs about 0.06 s on one core (served through the cache, then recomputed
+# to check it; contexts stop at max_input_blocks, so the cost does not grow with the trace) and a few hundred
+# bytes of report: 5,000 requests take about 5 minutes.  Seeds are the block keys' seed range, [0, 2**64).
+MAX_REQUESTS = 5_000
+MAX_SEED = 2**64 - 1
 
 
 @attrs.frozen(kw_only=True)
@@ -55,7 +61,11 @@ class WorkloadConfig:
     think_ms: tuple[float, float] = (300.0, 3000.0)
 
     def __attrs_post_init__(self) -> None:
-        assert self.requests >= 1 and self.block_tokens >= 1 and self.vocab >= 2, self
+        for name, value, low, high in (("requests", self.requests, 1, MAX_REQUESTS), ("seed", self.seed, 0, MAX_SEED)):
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise InvalidArgument(action="WorkloadConfig", argument=name, value=value,
+                                      reason=f"must be an int in [{low}, {high}]")
+        assert self.block_tokens >= 1 and self.vocab >= 2, self
         assert 0.0 <= self.agent_share <= 1.0 and self.chat_system_prompts >= 1, self
 
 

@@ -4,19 +4,23 @@ served from the cache, and a fault switch makes it fail; the workload is a valid
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
-from hkv_exec_ref.demo import WorkloadConfig, generate_trace, prompt_tokens
-from hkv_exec_ref.demo.workload import read_trace, write_trace
+from hkv_cli.demo_cmd import _print, cut
+from hkv_core.errors import InvalidArgument
+from hkv_exec_ref.demo import WorkloadConfig, generate_trace, prompt_tokens, run_demo
+from hkv_exec_ref.demo.workload import MAX_REQUESTS, MAX_SEED, read_trace, write_trace
 
 
-def demo(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def demo(tmp_path: Path, *args: str, columns: int = 80) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "hkv_cli.main", "demo", "--out", str(tmp_path), *args],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env={**os.environ, "COLUMNS": str(columns)})
 
 
 def test_demo_json_every_response_matches(tmp_path: Path) -> None:
@@ -43,6 +47,47 @@ def test_demo_table_output(tmp_path: Path) -> None:
     done = demo(tmp_path, "--requests", "3")
     assert done.returncode == 0, done.stderr
     assert "exact match with recomputation" in done.stdout and "3/3" in done.stdout
+
+
+def test_demo_table_says_what_each_number_means(tmp_path: Path) -> None:
+    done = demo(tmp_path, "--requests", "12", columns=400)  # wide enough that no cell wraps
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    for meaning in ("cached + computed = served - requests", "(token positions)",
+                    "only the window's last rows before the hit", "good: pages shared, no copy",
+                    "hit shortened (the rest recomputed)", "meaning", "bit-identical"):
+        assert meaning in text, meaning
+    report = json.loads(demo(tmp_path, "--requests", "12", "--json").stdout)
+    assert report["cached_tokens"] + report["computed_tokens"] == report["tokens_served"] - report["requests"]
+    assert "token positions" not in report["units"]["validation"] and "prompt positions" in (
+        report["units"]["cached_by_kind"])
+
+
+def test_one_request_prints_no_empty_table(tmp_path: Path) -> None:
+    done = demo(tmp_path, "--requests", "1")
+    assert done.returncode == 0, done.stderr
+    assert "no request found a cached prefix" in done.stdout
+    assert "hit validation outcomes" not in done.stdout
+
+
+def test_cut_lists_end_in_an_ellipsis() -> None:
+    assert cut(list(range(3))) == "0, 1, 2"
+    assert cut(list(range(25))) == "0, 1, 2, 3, 4, 5, 6, 7, 8, 9, ... (15 more)"
+
+
+def test_printed_paths_and_notes_keep_their_brackets(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = run_demo(WorkloadConfig(requests=2))
+    _print(report, None, tmp_path / "a[bold]b" / "demo_trace.jsonl")
+    text = "".join(capsys.readouterr().out.split())
+    assert "a[bold]b/demo_trace.jsonl" in text and "'hkv[plot]'" in text
+
+
+def test_workload_bounds_are_typed_errors() -> None:
+    for name, value in (("requests", 0), ("requests", MAX_REQUESTS + 1), ("seed", -1), ("seed", MAX_SEED + 1)):
+        with pytest.raises(InvalidArgument) as err:
+            WorkloadConfig(**{name: value})
+        assert err.value.fields["argument"] == name and err.value.fields["value"] == value
+    assert WorkloadConfig(requests=MAX_REQUESTS, seed=MAX_SEED).requests == MAX_REQUESTS
 
 
 def test_workload_is_a_prefix_chained_mooncake_trace(tmp_path: Path) -> None:
