@@ -29,8 +29,8 @@ from hkv_exec_ref.tiny_v4 import Fault
 FAULTS = {f.name.lower(): f for f in Fault if f.name and f is not Fault.NONE}
 TRACE_NAME = "demo_trace.jsonl"
 SHOWN = 10  # the longest list printed whole; longer ones end in an ellipsis
-EFFECT = {"rule": "rule applied, hit kept", "shorten": "hit shortened (the rest recomputed)",
-          "reject": "hit rejected (all recomputed)"}
+EFFECT = {"rule": "rule applied, hit kept", "shorten": "shortened, rest recomputed",
+          "reject": "rejected, all recomputed"}
 EFFECT_OF_CODE = {"LCM_BOUNDARY": "good: pages shared, no copy", "PARTIAL_PAGE_COPY": "fine: one page copied"}
 UNITS = {
     "cached_tokens": "prompt tokens not recomputed: each request resumed from a cached prefix of that length",
@@ -153,12 +153,16 @@ def _print_validation(report: DemoReport) -> None:
         return
     codes = load_validation().codes
     reasons = Table(title="hit validation outcomes (requests whose hit got each; a hit can get several)")
-    for column in ("layer", "reason", "effect", "requests", "meaning"):
-        reasons.add_column(column, justify="right" if column == "requests" else "left",
-                           style="dim" if column == "meaning" else None)
+    for column in ("layer", "reason", "effect", "requests"):
+        reasons.add_column(column, justify="right" if column == "requests" else "left")
+    notes: list[str] = []
     for layer, by_code in report.validation.items():
         for code, n in by_code.items():
             spec = codes.get(code)
             effect = EFFECT_OF_CODE.get(code) or (EFFECT.get(spec.kind, "") if spec else "")
-            reasons.add_row(plain(layer), plain(code), effect, f"{n:,}", plain(spec.description) if spec else "")
+            reasons.add_row(plain(layer), plain(code), effect, f"{n:,}")
+            if spec:
+                notes.append(f"  {plain(code)}: {plain(spec.description)}")
     out.print(reasons)
+    for note in notes:
+        out.print(note, highlight=False)

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from hkv_cli import check_cmd
-from hkv_cli.errors import FAILED, INTERNAL, USAGE, OutputPathError, output_folder
+from hkv_cli.errors import FAILED, INTERNAL, INTERRUPTED, USAGE, OutputPathError, output_folder
 from hkv_cli.main import run, wants_json
 
 
@@ -199,3 +201,14 @@ def test_every_command_takes_json_and_its_json_parses(tmp_path: Path) -> None:
     assert json.loads(runs["spec diagram"].stdout)["mermaid"].startswith("stateDiagram-v2")
     assert Path(json.loads(runs["spec diagram --out"].stdout)["files"][0]).exists()
     assert json.loads(runs["check"].stdout)["status"] == "ok"
+
+
+def test_ctrl_c_is_one_line_with_exit_130() -> None:
+    running = subprocess.Popen([sys.executable, "-m", "hkv_cli.main", "check", "--json"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)  # past the imports: inside the search
+    running.send_signal(signal.SIGINT)
+    out, err = running.communicate(timeout=60)
+    assert running.returncode == INTERRUPTED, err
+    no_traceback(out + err)
+    assert json.loads(out)["error"]["type"] == "Interrupted"

@@ -55,7 +55,8 @@ def test_demo_table_says_what_each_number_means(tmp_path: Path) -> None:
     text = " ".join(done.stdout.split())
     for meaning in ("cached + computed = served - requests", "(token positions)",
                     "only the window's last rows before the hit", "good: pages shared, no copy",
-                    "hit shortened (the rest recomputed)", "meaning", "bit-identical"):
+                    "shortened, rest recomputed", "meaning", "bit-identical",
+                    "LCM_BOUNDARY: The hit ends on an LCM boundary"):
         assert meaning in text, meaning
     report = json.loads(demo(tmp_path, "--requests", "12", "--json").stdout)
     assert report["cached_tokens"] + report["computed_tokens"] == report["tokens_served"] - report["requests"]
