@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""The README's speed figures, rendered from benchmark results stored in benchmarks/results/.
+
+    python scripts/readme_figures.py record-peers RESULTS.json  # store a peer-harness run (W1,W3 or W2)
+    python scripts/readme_figures.py write                      # rewrite the README's figures block
+    python scripts/readme_figures.py check                      # exit 1 when the README's block differs
+
+Sources (each records the commit it measured):
+- `benchmarks/results/peers_w1w3.json` and `peers_w2.json`: runs of the peer
+  harness (`bench_peers.py --workloads W1,W3 --repeats 5` / `--workloads W2`),
+  stored by `record-peers` right after the run, with the commit checked out
+  (refused when hkv_core has uncommitted changes) and without the per-request
+  hit lists;
+- `benchmarks/results/bench_manager.json`: `benchmarks/bench_manager.py --json-out`.
+
+The README quotes no speed figure outside the block this script writes
+(between the two marker lines); tests/e2e/test_readme_figures.py checks it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+README = ROOT / "README.md"
+BEGIN, END = "<!-- figures:begin (scripts/readme_figures.py write) -->", "<!-- figures:end -->"
+PEERS_W1W3, PEERS_W2, MANAGER = RESULTS / "peers_w1w3.json", RESULTS / "peers_w2.json", RESULTS / "bench_manager.json"
+W1_PEERS = (("vllm", "vLLM"), ("vllm-xxhash", "vLLM xxhash"), ("sglang", "SGLang RadixCache"),
+            ("sglang-pagealloc", "SGLang page-aligned"))
+W3_PEERS = (("vllm-hybrid", "vLLM hybrid"), ("sglang-swa", "SGLang SWARadixCache"))
+
+
+def commit() -> str:
+    """HEAD's short hash; SystemExit when hkv_core has uncommitted changes (the figures would name no commit)."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "hkv_core", "benchmarks/peer_driver.py"],
+                           cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    if dirty:
+        raise SystemExit("hkv_core has uncommitted changes: commit, run the benchmark again, then record it")
+    return head
+
+
+def record_peers(path: Path) -> Path:
+    """Store a harness result file (hit lists dropped, commit added) as peers_w1w3.json or peers_w2.json."""
+    run = json.loads(path.read_text())
+    for rows in (run.get("W1", []), run.get("W3", [])):
+        for row in rows:
+            row.pop("hits_per_request", None)
+    for row in run.get("W2", []):
+        row.pop("runs", None)
+    run["commit"] = commit()
+    target = PEERS_W2 if run.get("W2") and not run.get("W1") else PEERS_W1W3
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(run, indent=1) + "\n")
+    return target
+
+
+def _load(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _us(rows: list[dict[str, Any]], engine: str) -> float:
+    return float(next(r["us_per_req"] for r in rows if r["engine"] == engine))
+
+
+def _verdict(ratio: float) -> str:
+    return "yes" if ratio <= 1.0 else "**no**"
+
+
+def peers_table(run: dict[str, Any]) -> list[str]:
+    """W1 and W3: hkv's us per request and its ratio to every peer (median of per-repetition ratios)."""
+    ratios = run["ratios"]
+    lines = [f"Peer harness, `--workloads W1,W3 --repeats {run['args']['repeats']}` at commit `{run['commit']}` "
+             f"(vLLM {run['versions']['vllm']}, SGLang {run['versions']['sglang']}); us per request are medians "
+             "of the repetitions, ratios the median of per-repetition ratios (below 1: hkv is faster).", "",
+             "| workload | hkv us/request | hkv / peer (peer us/request) | target | met? |",
+             "| --- | ---: | --- | --- | --- |"]
+    for workload, hkv, peers, cheap, floor in (("W1, FULL (`llama_full`)", "hkv", W1_PEERS, "sglang-pagealloc", "vllm"),
+                                               ("W3, V4-Flash vs hybrid peers", "hkv-v4", W3_PEERS, "sglang-swa",
+                                                "vllm-hybrid")):
+        rows = run[workload[:2]]
+        cells = "; ".join(f"{label} **{ratios[f'{hkv}/{peer}']['total']:.2f}x** ({_us(rows, peer):,.0f})"
+                          for peer, label in peers)
+        best, least = ratios[f"{hkv}/{cheap}"]["total"], ratios[f"{hkv}/{floor}"]["total"]
+        lines.append(f"| {workload} | {_us(rows, hkv):,.0f} | {cells} | <= {cheap}; at least < {floor} | "
+                     f"<= {cheap}: {_verdict(best)}; < {floor}: {_verdict(least)} |")
+    agreement = run.get("hit_agreement_vs_vllm", {})
+    agree = bool(agreement) and all(v["differing_requests"] == 0 for v in agreement.values())
+    lines += ["", f"Every engine's hit equals vLLM's request by request: {'yes' if agree else '**no**'}."]
+    return lines
+
+
+def w2_table(run: dict[str, Any]) -> list[str]:
+    """W2, one 1,048,576-token prompt: hash, second request's match, allocate on a miss (ms)."""
+    rows = {r["engine"]: r for r in run["W2"] if "error" not in r}
+    engines = [e for e in ("hkv", "hkv-v4", "sglang", "vllm") if e in rows]
+    names = {"hkv": "hkv FULL", "hkv-v4": "hkv V4-Flash", "sglang": "SGLang", "vllm": "vLLM"}
+    lines = [f"Peer harness, `--workloads W2` at commit `{run['commit']}` (each engine in a fresh process, "
+             "median of its repetitions; ms):", "",
+             "| | " + " | ".join(names[e] for e in engines) + " |", "| --- |" + " ---: |" * len(engines)]
+    for key, label in (("hash_s", "hash the prompt"), ("hit_lookup_s", "2nd request: match"),
+                       ("alloc_s", "allocate (+ commit for hkv) on a miss")):
+        cells = " | ".join("n/a" if rows[e].get(key) is None else f"{rows[e][key] * 1e3:.1f}" for e in engines)
+        lines.append(f"| {label} | {cells} |")
+    if "sglang" in rows:
+        base = rows["sglang"]["alloc_s"]
+        ratios = ", ".join(f"{names[e]} {rows[e]['alloc_s'] / base:.1f}x" for e in ("hkv", "hkv-v4") if e in rows)
+        lines += ["", f"Allocate + commit on a miss / SGLang's allocate (target: within 2x): {ratios}."]
+    return lines
+
+
+def manager_table(report: dict[str, Any]) -> list[str]:
+    """bench_manager: us per request on the shared-prefix workload; the 1M-token prompt's figures."""
+    shared, long = report["shared_prefix"], report["long_prompt"]
+    layouts = [name for name in shared if name in long]
+    lines = [f"`benchmarks/bench_manager.py` at commit `{report['config']['code']}` ({report['config']['clock']} "
+             f"clock, median of {report['config']['runs']} runs):", "",
+             "| layout | us/request (shared prefix) | 1M prompt: allocate + commit, ms | match, ms | "
+             "one decode step, us (target < 50) | index metadata, B/block (target < 64) |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for name in layouts:
+        s, ms, memory = shared[name], long[name]["ms"], long[name]["memory"]
+        lines.append(f"| {name} | {s['us_per_request']:,.0f} | {ms['allocate_commit_ms']:.1f} | {ms['match_ms']:.1f}"
+                     f" | {ms['decode_step_us']:.0f} | {memory['bytes_per_block']:.1f} |")
+    return lines
+
+
+def render() -> str:
+    parts: list[list[str]] = []
+    for path, table in ((PEERS_W1W3, peers_table), (PEERS_W2, w2_table), (MANAGER, manager_table)):
+        data = _load(path)
+        parts.append(table(data) if data is not None else [f"(no results stored in `{path.relative_to(ROOT)}`)"])
+    body = "\n\n".join("\n".join(p) for p in parts)
+    return f"{BEGIN}\n{body}\n{END}"
+
+
+def refreshed(text: str) -> str:
+    """`text` (the README) with its figures block rendered afresh from benchmarks/results/."""
+    start, end = text.find(BEGIN), text.find(END)
+    if start < 0 or end < start:
+        raise SystemExit(f"README.md lacks the figures markers ({BEGIN} ... {END})")
+    return text[:start] + render() + text[end + len(END):]
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["record-peers"] and len(argv) == 2:
+        print(f"stored {record_peers(Path(argv[1])).relative_to(ROOT)}")
+        return 0
+    if argv not in (["write"], ["check"]):
+        print(__doc__, file=sys.stderr)
+        return 2
+    text = README.read_text()
+    fresh = refreshed(text)
+    if argv == ["write"]:
+        README.write_text(fresh)
+        return 0
+    if fresh != text:
+        print("README.md's figures differ from benchmarks/results/: run scripts/readme_figures.py write",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

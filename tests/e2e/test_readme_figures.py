@@ -1,0 +1,34 @@
+"""The README's speed figures are exactly what scripts/readme_figures.py renders from benchmarks/results/."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("readme_figures", ROOT / "scripts" / "readme_figures.py")
+assert spec is not None and spec.loader is not None
+figures = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(figures)
+
+
+def test_the_readme_block_is_the_rendered_one() -> None:
+    text = (ROOT / "README.md").read_text()
+    assert figures.refreshed(text) == text, "run: python scripts/readme_figures.py write"
+
+
+def test_an_edited_figure_is_caught() -> None:
+    text = (ROOT / "README.md").read_text()
+    start = text.index(figures.BEGIN)
+    edited = text[:start] + text[start:].replace("|", "| 1", 1)
+    assert figures.refreshed(edited) != edited
+
+
+def test_every_stored_result_names_its_commit() -> None:
+    stored = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
+    assert stored, "no benchmark results stored"
+    for path in stored:
+        run = json.loads(path.read_text())
+        named = run.get("commit") or run.get("config", {}).get("code", "")
+        assert len(named) >= 7 and "dirty" not in named and "unknown" not in named, path.name
