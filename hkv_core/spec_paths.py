@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import hkv_core
 from hkv_core.errors import SpecError
 
 __all__ = ["presets_dir", "specs_dir"]
@@ -25,7 +24,7 @@ def specs_dir() -> Path:
     Prefers the installed copy ``hkv_core/_specs``; falls back to the
     repository's ``specs/`` directory.  Raises ``SpecError`` if neither exists.
     """
-    package_dir = Path(hkv_core.__file__).resolve().parent
+    package_dir = Path(__file__).resolve().parent  # hkv_core/ (this module lives at its top)
     installed = package_dir / INSTALLED_SPECS_NAME
     if installed.is_dir():
         return installed

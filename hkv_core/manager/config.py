@@ -8,7 +8,7 @@ import attrs
 
 from hkv_core.block_keys import ALGORITHMS, SEED_LIMIT
 from hkv_core.errors import ConfigError
-from hkv_core.manager.limits import (
+from hkv_core.manager.config_bounds import (
     MAX_BLOCK_ROWS,
     MAX_DEVICE_ALIGNMENT_BYTES,
     MAX_PENDING_EVENTS,

@@ -6,7 +6,9 @@ key table and the LRU queue are allocated once at their full size; a request
 grows only up to `max_request_tokens` (its tables with it); requests in
 flight are capped at `max_requests`.  When a table is full, allocation evicts
 (blocks and points are evictable like pages) or refuses with OutOfPages; the
-relations between the capacities are asserted here (docs/limits.md).
+relations between the capacities are asserted here (docs/limits.md).  The
+upper bound of every config size lives in config_bounds.py, so that
+ManagerConfig checks them without importing this module.
 """
 
 from __future__ import annotations
@@ -16,24 +18,16 @@ from typing import TYPE_CHECKING
 import attrs
 
 from hkv_core.errors import ConfigError
+from hkv_core.manager.config_bounds import (  # the config bounds this module relates
+    MAX_BLOCK_ROWS,
+    MAX_OBJECTS,
+    MAX_POINT_ROWS,
+)
 
-if TYPE_CHECKING:  # annotations only: config.py imports this module's bounds
+if TYPE_CHECKING:  # annotations only
     from hkv_core.layout import Layout
     from hkv_core.manager.config import ManagerConfig
     from hkv_core.manager.lanes import LaneSpec
-
-# -------------------------------------------------------------- upper bounds of the config (ConfigError beyond)
-MAX_POOL_PAGES = 1 << 28  # real pages of one pool (268,435,456)
-MAX_OBJECTS = (1 << 31) - 1  # objects of every pool together, NULL included: ids are int32
-MAX_REQUESTS = 1 << 16  # requests in flight (65,536)
-MAX_REQUEST_TOKENS = 1 << 28  # tokens of one request (268,435,456)
-MAX_BLOCK_ROWS = 1 << 28  # rows of the block table, given or derived (its ids, LRU entries and key slots are int32)
-MAX_POINT_ROWS = 1 << 28  # rows of the resume-point table, given or derived
-MAX_RETAIN_EVERY_BLOCKS = 1 << 28  # beyond a request's longest chain: only prompt ends are kept
-MAX_DEVICE_ALIGNMENT_BYTES = 1 << 30  # device page alignment
-MAX_PENDING_EVENTS = 1 << 20  # batches of KV cache events waiting for take_events (each a few arrays)
-METADATA_MEMORY_SHARE = 2  # default max_metadata_bytes: physical memory / this
-METADATA_FALLBACK_BYTES = 8 << 30  # ... or this where physical memory cannot be read
 
 # -------------------------------------------------------------- named constants
 QUEUE_CHUNK_ENTRIES = 256  # LRU queue entries an eviction walk screens first (doubling after)
@@ -46,7 +40,6 @@ CHAIN_MEMO_ENTRIES = 64  # matched chains remembered by their last block (cleare
 MIN_POOL_PAGES = 2  # the NULL page and one real page
 
 assert QUEUE_CHUNK_ENTRIES <= MAX_QUEUE_CHUNK_ENTRIES and QUEUE_SLACK_DIVISOR >= 1
-assert MAX_POOL_PAGES < MAX_OBJECTS and MAX_RETAIN_EVERY_BLOCKS <= MAX_BLOCK_ROWS
 assert -(-MAX_BLOCK_ROWS * KEY_TABLE_LOAD_DEN // KEY_TABLE_LOAD_NUM) < 1 << 31, "int32 key table slots"
 assert MAX_BLOCK_ROWS + MAX_BLOCK_ROWS // QUEUE_SLACK_DIVISOR < 1 << 31, "int32 LRU queue positions"
 assert 0 < KEY_TABLE_LOAD_NUM < KEY_TABLE_LOAD_DEN

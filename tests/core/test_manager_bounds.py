@@ -16,17 +16,17 @@ from hkv_core.block_keys import ALGORITHMS, BlockHasher, ExtraKeys
 from hkv_core.errors import ConfigError, MetadataTooLarge
 from hkv_core.layout import Layout
 from hkv_core.manager import CacheManager, ManagerConfig, estimate_metadata
-from hkv_core.manager import limits as L
+from hkv_core.manager import config_bounds as B
 from hkv_core.manager.config import default_metadata_limit
 
 UPPER = [
-    ("default_pool_pages", L.MAX_POOL_PAGES),
-    ("max_requests", L.MAX_REQUESTS),
-    ("max_request_tokens", L.MAX_REQUEST_TOKENS),
-    ("max_blocks", L.MAX_BLOCK_ROWS),
-    ("max_points", L.MAX_POINT_ROWS),
-    ("retain_every_blocks", L.MAX_RETAIN_EVERY_BLOCKS),
-    ("max_pending_events", L.MAX_PENDING_EVENTS),
+    ("default_pool_pages", B.MAX_POOL_PAGES),
+    ("max_requests", B.MAX_REQUESTS),
+    ("max_request_tokens", B.MAX_REQUEST_TOKENS),
+    ("max_blocks", B.MAX_BLOCK_ROWS),
+    ("max_points", B.MAX_POINT_ROWS),
+    ("retain_every_blocks", B.MAX_RETAIN_EVERY_BLOCKS),
+    ("max_pending_events", B.MAX_PENDING_EVENTS),
 ]
 
 
@@ -51,12 +51,12 @@ def test_every_size_has_an_upper_bound(key: str, upper: int) -> None:
 
 def test_pool_pages_by_name_and_alignment_are_bounded_too() -> None:
     with pytest.raises(ConfigError, match=r"pool_pages\[csa.compressed_kv\]: expected an integer in \[1, "):
-        ManagerConfig(pool_pages={"csa.compressed_kv": L.MAX_POOL_PAGES + 1})
-    for bad in (3, 0, 2 * L.MAX_DEVICE_ALIGNMENT_BYTES, 4.0):
+        ManagerConfig(pool_pages={"csa.compressed_kv": B.MAX_POOL_PAGES + 1})
+    for bad in (3, 0, 2 * B.MAX_DEVICE_ALIGNMENT_BYTES, 4.0):
         with pytest.raises(ConfigError) as info:
             ManagerConfig(device_alignment_bytes=bad)  # type: ignore[arg-type]
         assert info.value.key == "device_alignment_bytes"
-    assert ManagerConfig(device_alignment_bytes=L.MAX_DEVICE_ALIGNMENT_BYTES).device_alignment_bytes
+    assert ManagerConfig(device_alignment_bytes=B.MAX_DEVICE_ALIGNMENT_BYTES).device_alignment_bytes
 
 
 def test_a_trillion_pages_is_refused_at_once_with_a_typed_error() -> None:
@@ -74,7 +74,7 @@ def test_a_trillion_pages_is_refused_at_once_with_a_typed_error() -> None:
 
 def test_pools_within_their_bounds_whose_tables_do_not_fit_are_refused_before_allocating() -> None:
     layout = Layout.from_preset("deepseek_v4_flash", block_tokens=16)
-    config = ManagerConfig(default_pool_pages=L.MAX_POOL_PAGES, max_blocks=1000, max_points=100)
+    config = ManagerConfig(default_pool_pages=B.MAX_POOL_PAGES, max_blocks=1000, max_points=100)
     estimate = estimate_metadata(layout, config)
     assert estimate.total > estimate.limit_bytes == default_metadata_limit()
     tracemalloc.start()
@@ -109,12 +109,12 @@ def test_max_metadata_bytes_is_the_limit_and_the_estimate_is_enough() -> None:
 def test_derived_capacities_past_their_bounds_are_config_errors() -> None:
     layout = Layout.from_preset("llama_full")
     with pytest.raises(ConfigError, match="block rows, more than") as info:
-        estimate_metadata(layout, ManagerConfig(default_pool_pages=L.MAX_POOL_PAGES))
+        estimate_metadata(layout, ManagerConfig(default_pool_pages=B.MAX_POOL_PAGES))
     assert info.value.key == "max_blocks"
     flash = Layout.from_preset("deepseek_v4_flash", block_tokens=16)
     # pools of different sizes are page pools of their own: nine of about 2**28 pages pass 2**31 object ids
-    sizes = {spec.name: L.MAX_POOL_PAGES - i for i, spec in enumerate(flash.pools)}
-    assert sum(sizes.values()) > L.MAX_OBJECTS
+    sizes = {spec.name: B.MAX_POOL_PAGES - i for i, spec in enumerate(flash.pools)}
+    assert sum(sizes.values()) > B.MAX_OBJECTS
     with pytest.raises(ConfigError, match="objects together") as objects:
         estimate_metadata(flash, ManagerConfig(pool_pages=sizes, max_blocks=10, max_points=10))
     assert objects.value.key == "pool_pages"
@@ -122,7 +122,7 @@ def test_derived_capacities_past_their_bounds_are_config_errors() -> None:
 
 def test_default_metadata_limit_is_half_of_physical_memory() -> None:
     physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    assert default_metadata_limit() == physical // L.METADATA_MEMORY_SHARE
+    assert default_metadata_limit() == physical // B.METADATA_MEMORY_SHARE
     assert ManagerConfig().metadata_limit() == default_metadata_limit()
     assert ManagerConfig(max_metadata_bytes=123).metadata_limit() == 123
 
@@ -132,7 +132,7 @@ def test_default_metadata_limit_falls_back_where_memory_is_unknown(monkeypatch: 
         raise ValueError(name)
 
     monkeypatch.setattr(os, "sysconf", unknown)
-    assert default_metadata_limit() == L.METADATA_FALLBACK_BYTES
+    assert default_metadata_limit() == B.METADATA_FALLBACK_BYTES
 
 
 def _array_bytes(root: object) -> int:

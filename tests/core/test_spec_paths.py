@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-import hkv_core
+from hkv_core import spec_paths
 from hkv_core.errors import SpecError
 from hkv_core.spec_paths import presets_dir, specs_dir
 
@@ -19,7 +19,7 @@ def test_repository_specs_in_a_checkout() -> None:
 def test_lookup_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     package = tmp_path / "hkv_core"
     package.mkdir()
-    monkeypatch.setattr(hkv_core, "__file__", str(package / "__init__.py"))
+    monkeypatch.setattr(spec_paths, "__file__", str(package / "spec_paths.py"))
     with pytest.raises(SpecError) as info:
         specs_dir()
     assert info.value.key == "specs_dir"
