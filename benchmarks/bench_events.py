@@ -9,16 +9,20 @@ when the `events` extra is installed; nothing is sent).  Prints the median us
 per request of each and its ratio to the baseline; it never asserts timings.
 
     .venv/bin/python benchmarks/bench_events.py [--layout deepseek_v4_flash] [--requests 2000] [--runs 3]
+        [--json-out benchmarks/results/bench_events.json]   # also the figures as JSON (the README renders them)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
+from bench_manager import code_version  # this script's folder is on sys.path when it runs
 
 from hkv_core.layout import Layout
 from hkv_core.manager import CacheManager, ManagerConfig
@@ -77,6 +81,7 @@ def main() -> None:
     parser.add_argument("--layout", default="deepseek_v4_flash")
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--json-out", default=None, help="also write the figures as JSON to this file")
     args = parser.parse_args()
     layout = Layout.from_preset(args.layout, block_tokens=BLOCK_TOKENS)
     work = prompts(args.requests)
@@ -88,9 +93,13 @@ def main() -> None:
     base = statistics.median(times["events off (baseline)"])
     print(f"{args.layout}, {args.requests} requests of {PROMPT_TOKENS} tokens, median of {args.runs} runs "
           "(thread CPU time)")
-    for name, values in times.items():
-        us = statistics.median(values)
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    for name, us in medians.items():
         print(f"  {name:<42} {us:8.0f} us/request   {us / base:5.2f}x baseline")
+    if args.json_out:
+        report = {"commit": code_version(), "layout": args.layout, "requests": args.requests, "runs": args.runs,
+                  "us_per_request": medians, "ratio_to_baseline": {k: v / base for k, v in medians.items()}}
+        Path(args.json_out).write_text(json.dumps(report, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ that routers written for vLLM's KV events read them; hkv adds its own:
   A point sits at the end of the block `block_hash` names, at token
   `position_tokens` of the prompt.
 - `EventsLost`: the manager keeps at most `ManagerConfig.max_pending_events`
-  batches between two `take_events` calls; beyond that the oldest are
+  records between two `take_events` calls; beyond that the oldest are
   dropped and this event says how many, so the subscriber knows its view
   is stale (it should treat the instance as holding nothing it did not
   hear about since).
@@ -82,7 +82,7 @@ class ResumePointRemoved:
 
 @attrs.frozen(kw_only=True)
 class EventsLost:
-    """`count` batches of events were dropped before anyone took them (see the module docstring)."""
+    """`count` records of events were dropped before anyone took them (see the module docstring)."""
 
     count: int
 

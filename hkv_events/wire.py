@@ -2,8 +2,9 @@
 
 A batch is a msgpack array `[ts, events, data_parallel_rank]`; each event a
 msgpack map tagged with its class name (`"type": "BlockStored"`), field
-names as vLLM's `vllm.distributed.kv_events`, so that a router decoding
-vLLM's messages decodes hkv's block events.  hkv's own kinds
+names as vLLM 0.33's `vllm.distributed.kv_events`, so that a router decoding
+vLLM 0.33's messages decodes hkv's block events (older vLLM releases encoded
+each event as an array: their decoders do not read these).  hkv's own kinds
 (`ResumePointStored`, `ResumePointRemoved`, `EventsLost`) are left out when
 a publisher is built with `hkv_events=False`, for decoders that know only
 vLLM's union.

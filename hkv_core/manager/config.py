@@ -25,7 +25,7 @@ DEFAULT_POOL_PAGES = 4096
 DEFAULT_MAX_REQUESTS = 256
 DEFAULT_RETAIN_EVERY_BLOCKS = 16
 DEFAULT_MAX_REQUEST_TOKENS = 1 << 21  # 2,097,152 tokens: a two-million-token context
-DEFAULT_MAX_PENDING_EVENTS = 4096  # batches of cache events kept for take_events (older ones: counted, dropped)
+DEFAULT_MAX_PENDING_EVENTS = 4096  # records of cache events kept for take_events (older ones: counted, dropped)
 DEFAULT_EVICT_SLACK_SHIFT = 6  # an eviction frees 1/64 of a pool beyond what the allocation needs
 DEFAULT_BLOCK_HASH = "xxh3_128"
 UPPER_BOUNDS = {"default_pool_pages": MAX_POOL_PAGES, "pool_pages": MAX_POOL_PAGES, "max_requests": MAX_REQUESTS,
@@ -87,7 +87,7 @@ class ManagerConfig:
       allocated.
     - `debug_checks`: run `check_invariants` after every call.
     - `kv_events`: record KV cache events for `take_events` (routers); off: none
-      recorded, nothing spent.  `max_pending_events`: batches kept between two
+      recorded, nothing spent.  `max_pending_events`: records kept between two
       `take_events` calls (older ones are dropped and counted: `EventsLost`).
     """
 

@@ -14,7 +14,7 @@ MAX_BLOCK_ROWS = 1 << 28  # rows of the block table, given or derived (its ids, 
 MAX_POINT_ROWS = 1 << 28  # rows of the resume-point table, given or derived
 MAX_RETAIN_EVERY_BLOCKS = 1 << 28  # beyond a request's longest chain: only prompt ends are kept
 MAX_DEVICE_ALIGNMENT_BYTES = 1 << 30  # device page alignment
-MAX_PENDING_EVENTS = 1 << 20  # batches of KV cache events waiting for take_events (each a few arrays)
+MAX_PENDING_EVENTS = 1 << 20  # records of KV cache events waiting for take_events (each a few arrays)
 METADATA_MEMORY_SHARE = 2  # default max_metadata_bytes: physical memory / this
 METADATA_FALLBACK_BYTES = 8 << 30  # ... or this where physical memory cannot be read
 

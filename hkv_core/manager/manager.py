@@ -237,11 +237,13 @@ class CacheManager:
         live = len(self.core.requests)
         if live:
             raise CacheBusy(action="clear_cache", live_requests=live)
-        log = self.core.index.log
-        since = len(log.records) if log is not None else 0
-        units = evict.evict_all(self.core, None)
+        log, self.core.index.log = self.core.index.log, None  # its removals are one AllBlocksCleared, not records
+        try:
+            units = evict.evict_all(self.core, None)
+        finally:
+            self.core.index.log = log
         if log is not None:
-            log.cleared(since)
+            log.cleared()
         return units
 
     # ------------------------------------------------------------------ inspection (copies; for tests and tools)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +29,14 @@ def test_an_edited_figure_is_caught() -> None:
 def test_every_stored_result_names_its_commit() -> None:
     stored = sorted((ROOT / "benchmarks" / "results").glob("*.json"))
     assert stored, "no benchmark results stored"
+    shallow = _git("rev-parse", "--is-shallow-repository").stdout.strip() != "false"  # a shallow clone lacks history
     for path in stored:
         run = json.loads(path.read_text())
         named = run.get("commit") or run.get("config", {}).get("code", "")
         assert len(named) >= 7 and "dirty" not in named and "unknown" not in named, path.name
+        if not shallow:
+            assert _git("cat-file", "-e", f"{named}^{{commit}}").returncode == 0, f"{path.name}: no commit {named}"
+
+
+def _git(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)

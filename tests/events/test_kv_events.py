@@ -194,9 +194,8 @@ class ForgetsBlockRemovals(EventLog):
 
 
 class ForgetsClears(EventLog):
-    def cleared(self, since: int) -> None:  # drops the clear's removals without saying AllBlocksCleared
-        while len(self.records) > since:
-            self.records.pop()
+    def cleared(self) -> None:  # the clear's removals were not recorded, and it does not say AllBlocksCleared
+        return None
 
 
 SHARED_THEN_EVICT = [("serve", 0, 200, 1), ("serve", 0, 120, 2), ("serve", 1, 200, 1), ("evict", 0, 200, 1)]
@@ -228,6 +227,25 @@ def test_a_full_log_drops_the_oldest_and_says_how_many() -> None:
     assert isinstance(events[0], EventsLost) and events[0].count > 0
     assert len(events) >= 2 and not any(isinstance(e, EventsLost) for e in events[1:])  # the newest kept
     assert m.take_events() == []
+
+
+@pytest.mark.parametrize("capacity", [1, 2, 3, 5])
+def test_clear_cache_is_one_event_even_when_the_log_is_nearly_full(capacity: int) -> None:
+    m = CacheManager(Layout.from_preset("tiny_v4", block_tokens=8),
+                     ManagerConfig(key_seed=SEED, kv_events=True, max_pending_events=capacity))
+    serve(m, np.arange(60), 1)  # one BlockStored record and one of resume points
+    kept = m.take_events()
+    serve(m, np.arange(60, 100), 1)
+    log = m.core.index.log
+    assert log is not None
+    pending, lost_before = len(log.records), log.lost
+    m.clear_cache()
+    events = m.take_events()
+    assert events[-1] == AllBlocksCleared() and sum(isinstance(e, AllBlocksCleared) for e in events) == 1
+    assert not any(isinstance(e, (BlockRemoved, ResumePointRemoved)) for e in events)
+    lost = lost_before + max(0, pending + 1 - capacity)  # the clear costs one record, whatever it evicted
+    assert (events[0] == EventsLost(count=lost)) if lost > 0 else not isinstance(events[0], EventsLost)
+    assert kept
 
 
 def test_clear_cache_is_one_event_and_refused_while_requests_run() -> None:

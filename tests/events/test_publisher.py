@@ -8,7 +8,7 @@ import pytest
 zmq = pytest.importorskip("zmq", reason="the events extra (pyzmq) is not installed")
 pytest.importorskip("msgspec", reason="the events extra (msgspec) is not installed")
 
-from hkv_core.events import AllBlocksCleared, BlockStored, ResumePointStored  # noqa: E402
+from hkv_core.events import AllBlocksCleared, BlockRemoved, BlockStored, ResumePointStored  # noqa: E402
 from hkv_core.layout import Layout  # noqa: E402
 from hkv_core.manager import CacheManager, ManagerConfig  # noqa: E402
 from hkv_core.plan import Completion  # noqa: E402
@@ -76,6 +76,34 @@ def test_vllm_only_batches_leave_hkvs_own_kinds_out() -> None:
                                                                                     "ResumePointStored"]
     assert [type(e).__name__ for e in decode_batch(encode_batch(events, hkv_events=False)).events] == [
         "BlockStored"]
+
+
+def test_a_router_built_on_vllm_decodes_hkvs_block_events() -> None:
+    """vLLM 0.33's own message types (restated in vllm_wire.py) decode a batch published without hkv's kinds."""
+    import msgspec
+    import vllm_wire
+
+    m = CacheManager(Layout.from_preset("tiny_v4", block_tokens=8), ManagerConfig(key_seed=1, kv_events=True))
+    served(m, np.arange(200))
+    m.evict()  # every unit: BlockRemoved (and hkv's ResumePointRemoved)
+    served(m, np.arange(100))
+    m.clear_cache()
+    sent = m.take_events()
+    assert {BlockStored, BlockRemoved, AllBlocksCleared} <= {type(e) for e in sent}
+    decoded = msgspec.msgpack.Decoder(vllm_wire.KVEventBatch).decode(encode_batch(sent, hkv_events=False))
+    blocks = [e for e in sent if isinstance(e, (BlockStored, BlockRemoved, AllBlocksCleared))]
+    assert len(decoded.events) == len(blocks) >= 2
+    for ours, theirs in zip(blocks, decoded.events, strict=True):
+        assert type(theirs).__name__ == type(ours).__name__
+        if isinstance(ours, BlockRemoved):
+            assert isinstance(theirs, vllm_wire.BlockRemoved) and theirs.block_hashes == list(ours.block_hashes)
+        if isinstance(ours, BlockStored):
+            assert isinstance(theirs, vllm_wire.BlockStored)
+            assert (theirs.block_hashes, theirs.parent_block_hash, theirs.token_ids, theirs.block_size,
+                    theirs.medium) == (list(ours.block_hashes), ours.parent_block_hash, list(ours.token_ids),
+                                       ours.block_size, ours.medium)
+    with pytest.raises(msgspec.ValidationError):  # hkv's own kinds are unknown to vLLM's union
+        msgspec.msgpack.Decoder(vllm_wire.KVEventBatch).decode(encode_batch(sent))
 
 
 def test_a_malformed_payload_is_refused() -> None:

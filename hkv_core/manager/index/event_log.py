@@ -3,9 +3,10 @@
 The index appends one raw record per change (arrays copied, nothing
 converted) so that the request path pays a few copies and no Python loop
 per block; `take` turns the records into the typed events of
-`hkv_core.events`, in order.  At most `capacity` records wait: the oldest
-beyond that are dropped and counted, and the next `take` starts with
-`EventsLost(count)`.
+`hkv_core.events`, in order.  A record is one commit's stored blocks, one
+commit's resume points, or one eviction's dropped points or dropped blocks.
+At most `capacity` records wait: the oldest beyond that are dropped and
+counted, and the next `take` starts with `EventsLost(count)`.
 """
 
 from __future__ import annotations
@@ -63,10 +64,8 @@ class EventLog:
     def points_removed(self, keys: Keys) -> None:
         self._append(("points_removed", keys.copy()))
 
-    def cleared(self, since: int) -> None:
-        """Everything left the index: the records after the first `since` become one AllBlocksCleared."""
-        while len(self.records) > since:
-            self.records.pop()
+    def cleared(self) -> None:
+        """Everything left the index (its removals were not recorded one by one)."""
         self._append(("cleared",))
 
     def take(self) -> list[KVEvent]:
