@@ -138,8 +138,12 @@ class RefExecutor:
         Shape `PoolBinding.shape`; a bf16 pool is its raw bits as uint16.  Writes through the view
         are the pool's bytes (`read` sees them); page 0, the NULL page, must stay untouched.
         """
-        if pool not in self.pools:
-            raise UnknownPool(pool=pool, known=tuple(self.pools), action="as_numpy")
+        return self._pool(pool, "as_numpy")
+
+    def _pool(self, pool: str, action: str) -> NDArray[Any]:
+        """The pool's array; UnknownPool (listing the bound pools) for any other name, or a non-string."""
+        if not isinstance(pool, str) or pool not in self.pools:
+            raise UnknownPool(pool=pool, known=tuple(self.pools), action=action)
         return self.pools[pool]
 
     def as_torch(self, pool: str) -> Any:
@@ -147,7 +151,7 @@ class RefExecutor:
 
         torch is optional: MissingDependency (an ImportError too) names `pip install 'hkv[torch]'` when absent.
         """
-        array = self.as_numpy(pool)
+        array = self._pool(pool, "as_torch")
         try:
             import torch  # type: ignore[import-not-found, unused-ignore]  # optional: the torch extra
         except ImportError as err:

@@ -49,6 +49,16 @@ def test_as_numpy_unknown_pool_names_the_known_pools() -> None:
         RefExecutor().as_numpy("csa.swa_window")
 
 
+@pytest.mark.parametrize("pool", [[], {}, ["csa.swa_window"], None, 3], ids=repr)
+@pytest.mark.parametrize("method", ["as_numpy", "as_torch"])
+def test_a_pool_name_that_is_not_a_string_is_an_unknown_pool(method: str, pool: object) -> None:
+    ex = bound()
+    with pytest.raises(UnknownPool) as info:  # not TypeError ("unhashable type") from the dict lookup
+        getattr(ex, method)(pool)
+    assert info.value.pool is pool and info.value.action == method
+    assert info.value.known == tuple(s.name for s in LAYOUT.pools)
+
+
 def test_as_torch_without_torch_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     ex = bound()
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError, installed or not
