@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 import attrs
 
 from hkv_core.block_keys import ALGORITHMS, SEED_LIMIT
-from hkv_core.errors import ConfigError
+from hkv_core.errors import ConfigError, shown
 from hkv_core.manager.config_bounds import (
     MAX_BLOCK_ROWS,
     MAX_DEVICE_ALIGNMENT_BYTES,
@@ -48,12 +49,24 @@ def default_metadata_limit() -> int:
     return physical // METADATA_MEMORY_SHARE if physical > 0 else METADATA_FALLBACK_BYTES
 
 
+def _abi_ids(value: frozenset[str] | set[str] | tuple[str, ...] | list[str] | None) -> frozenset[str] | None:
+    """`accepted_abi` as a frozenset of abi ids (None: all), else ConfigError."""
+    if value is None:
+        return None
+    if not isinstance(value, frozenset | set | tuple | list) or not all(isinstance(v, str) for v in value):
+        got = type(value).__name__ if not isinstance(value, frozenset | set | tuple | list) else shown(value)
+        raise ConfigError(f"expected None or a set of abi id strings, got {got}", source="ManagerConfig",
+                          key="accepted_abi")
+    return frozenset(value)
+
+
 @attrs.frozen(kw_only=True)
 class ManagerConfig:
     """Everything a CacheManager is built with besides the layout.
 
-    - `pool_pages`: real pages per pool (the NULL page comes on top), by pool
-      name; pools not named get `default_pool_pages`.  Pools are static.
+    - `pool_pages`: real pages per pool (the NULL page comes on top), a
+      mapping of pool name to count; pools not named get
+      `default_pool_pages`.  Pools are static.
     - `max_requests`: admission cap on requests in flight.
     - `max_request_tokens`: admission cap on one request's tokens (prompt and
       decoded); bounds every per-request table.
@@ -68,7 +81,9 @@ class ManagerConfig:
     - `evict_slack_shift`: an eviction that must free pages frees another
       `pages >> shift` beyond the need (a low-water mark: eviction runs on a
       few percent of allocations, in bulk); None evicts exactly the need.
-    - `accepted_abi`: abi ids the executor's kernels accept (None: all).
+    - `accepted_abi`: abi ids the executor's kernels accept (None: all); a
+      frozenset, set, tuple or list of strings, kept as a frozenset (a bare
+      string, which would match by substring, is refused).
     - `device_alignment_bytes`: device page alignment (None: the layout's).
     - `key_seed`: the block-key seed, an integer in [0, 2**64) (None, the
       default: a secret random one per manager).  Keys of two managers are
@@ -101,7 +116,7 @@ class ManagerConfig:
     retain_prompt_end: bool = True
     allow_partial_page_copy: bool = True
     evict_slack_shift: int | None = DEFAULT_EVICT_SLACK_SHIFT
-    accepted_abi: frozenset[str] | None = None
+    accepted_abi: frozenset[str] | None = attrs.field(default=None, converter=_abi_ids)
     device_alignment_bytes: int | None = None
     key_seed: int | None = attrs.field(default=None, repr=_hidden)
     block_hash: str = DEFAULT_BLOCK_HASH
@@ -111,6 +126,13 @@ class ManagerConfig:
     max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS
 
     def __attrs_post_init__(self) -> None:
+        if not isinstance(self.pool_pages, Mapping):
+            raise ConfigError(f"expected a mapping of pool name to page count, got {type(self.pool_pages).__name__}",
+                              source="ManagerConfig", key="pool_pages")
+        for name in self.pool_pages:
+            if not isinstance(name, str):
+                raise ConfigError(f"expected pool names (strings) as keys, got {name!r}", source="ManagerConfig",
+                                  key="pool_pages")
         counts = [("default_pool_pages", self.default_pool_pages), ("max_requests", self.max_requests),
                   ("max_request_tokens", self.max_request_tokens), ("retain_every_blocks", self.retain_every_blocks),
                   ("max_pending_events", self.max_pending_events),

@@ -34,6 +34,7 @@ from hkv_core.errors import (
     InvariantViolation,
     StaleLease,
     UnknownPlan,
+    UnknownPool,
     UnknownRequest,
 )
 from hkv_core.events import KVEvent
@@ -43,6 +44,7 @@ from hkv_core.manager import acquire, admit, allocate, commit, evict, match, rel
 from hkv_core.manager.config import ManagerConfig
 from hkv_core.manager.core import Core
 from hkv_core.manager.invariants import check_invariants
+from hkv_core.manager.page_pools import PoolSlots
 from hkv_core.manager.records import Allocation, Hit
 from hkv_core.manager.requests import RequestState
 from hkv_core.plan import Completion, Plan
@@ -70,7 +72,15 @@ class CacheManager:
     """Prefix index, hit validation, leases, allocation, copy plans and eviction over static pools."""
 
     def __init__(self, layout: Layout, config: ManagerConfig | None = None) -> None:
-        self.core = Core(layout, config or ManagerConfig())
+        """InvalidArgument when `layout` is not a Layout or `config` is neither None nor a ManagerConfig."""
+        if not isinstance(layout, Layout):
+            raise InvalidArgument(action="CacheManager", argument="layout", value=layout,
+                                  reason=f"must be a hkv_core.layout.Layout (Layout.from_preset, Layout.from_hf_config)"
+                                         f", got {type(layout).__name__}")
+        if config is not None and not isinstance(config, ManagerConfig):
+            raise InvalidArgument(action="CacheManager", argument="config", value=config,
+                                  reason=f"must be None or a ManagerConfig, got {type(config).__name__}")
+        self.core = Core(layout, config if config is not None else ManagerConfig())
         self._lock = threading.RLock()
 
     def clone(self) -> CacheManager:
@@ -193,7 +203,11 @@ class CacheManager:
     @_locked
     def verify(self, plan: Plan) -> None:
         """StaleLease unless every page `plan` reads is still the placement of the object at the version it
-        recorded (what an executor calls at launch, under this manager's lock)."""
+        recorded (what an executor calls at launch, under this manager's lock); InvalidArgument when `plan` is
+        not a Plan."""
+        if not isinstance(plan, Plan):
+            raise InvalidArgument(action="verify", argument="plan", value=plan,
+                                  reason=f"must be a hkv_core.plan.Plan, got {type(plan).__name__}")
         for check in plan.checks():
             pool = self.core.member.get(check.pool)
             ok, found, state = (self.core.objects.check_page(pool.index, check.page, check.version) if pool
@@ -204,10 +218,20 @@ class CacheManager:
 
     @_locked
     def complete(self, plan_id: int, completion: Completion) -> None:
-        """An executor finished plan `plan_id`: its copies' targets leave FILLING (copy_done, or copy_fail)."""
-        record = self.core.plans.pop(plan_id, None) if isinstance(plan_id, int) else None
+        """An executor finished plan `plan_id`: its copies' targets leave FILLING (copy_done, or copy_fail).
+
+        UnknownPlan for a plan id not in flight; InvalidArgument when `completion` is not a Completion (the
+        plan stays in flight: nothing changed)."""
+        record = (self.core.plans.get(int(plan_id))
+                  if isinstance(plan_id, int | np.integer) and not isinstance(plan_id, bool) else None)
         if record is None:
             raise UnknownPlan(plan_id=plan_id, action="complete")
+        if not isinstance(completion, Completion):
+            raise InvalidArgument(action="complete", argument="completion", value=completion,
+                                  reason=f"must be the hkv_core.plan.Completion the executor returned, got "
+                                         f"{type(completion).__name__}")
+        plan_id = int(plan_id)
+        del self.core.plans[plan_id]
         self.core.objects.step(record.fills, Event.COPY_DONE if completion.ok else Event.COPY_FAIL)
         req = self.core.requests.by_rid.get(record.request_id)
         if req is not None:
@@ -250,12 +274,17 @@ class CacheManager:
 
     @_locked
     def pages(self, pool: str, which: ArrayLike | None = None) -> views.PageView:
-        """States, versions, leases, index references and owners of pages of `pool` (all when None)."""
-        return views.pages(self.core, pool, None if which is None else np.asarray(which))
+        """States, versions, leases, index references and owners of pages of `pool` (all when None).
+
+        UnknownPool for a pool the layout does not have; InvalidArgument when `which` is not a sequence of
+        integer page ids of the pool (NULL page 0 included)."""
+        slots = self._pool(pool, "pages")
+        return views.pages(self.core, pool, None if which is None else views.page_ids(slots, pool, which))
 
     @_locked
     def free_pages(self, pool: str) -> int:
-        """Pages of `pool` free now."""
+        """Pages of `pool` free now (UnknownPool for a pool the layout does not have)."""
+        self._pool(pool, "free_pages")
         return views.free_pages(self.core, pool)
 
     @_locked
@@ -295,6 +324,12 @@ class CacheManager:
         if req is None:
             raise UnknownRequest(request_id=rid, action=action)
         return req
+
+    def _pool(self, name: str, action: str) -> PoolSlots:
+        pool = self.core.member.get(name) if isinstance(name, str) else None
+        if pool is None:
+            raise UnknownPool(pool=name, known=tuple(spec.name for spec in self.core.layout.pools), action=action)
+        return pool
 
     def _count(self, req: RequestState, action: str, value: object, room: int) -> int:
         """`value` (argument `num_tokens`) as a token count in [1, room], else InvalidRequestArgument naming the

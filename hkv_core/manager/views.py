@@ -14,6 +14,7 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
+from hkv_core.errors import InvalidArgument
 from hkv_core.manager.core import Core
 from hkv_core.manager.page_pools import NO_OWNER, NULL_OBJECT, PoolSlots
 from hkv_core.manager.requests import RequestState
@@ -36,6 +37,25 @@ def pool_of(core: Core, name: str) -> PoolSlots:
     pool = core.member.get(name)
     assert pool is not None, f"no pool {name!r}; pools: {sorted(core.member)}"
     return pool
+
+
+def page_ids(pool: PoolSlots, name: str, which: object) -> NDArray[np.int64]:
+    """`which` as page ids of `pool` (called `name`): a 1-D sequence of integers in [0, pages], NULL page 0
+    included; else InvalidArgument naming `which`."""
+    pages = len(pool.slot_object)
+    reason = f"must be a sequence of integer page ids of pool {name} in [0, {pages - 1}]"
+    try:
+        ids = np.asarray(which)
+    except (TypeError, ValueError):
+        raise InvalidArgument(action="pages", argument="which", value=which, reason=reason) from None
+    if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+        got = (f"{ids.dtype} values" if ids.ndim == 1 else f"a {ids.ndim}-D array" if ids.ndim
+               else type(which).__name__)
+        raise InvalidArgument(action="pages", argument="which", value=which, reason=f"{reason}, got {got}")
+    if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= pages):
+        raise InvalidArgument(action="pages", argument="which", value=which,
+                              reason=f"{reason}, got ids in [{int(ids.min())}, {int(ids.max())}]")
+    return ids.astype(np.int64)
 
 
 def pages(core: Core, name: str, which: NDArray[np.integer] | list[int] | None = None) -> PageView:

@@ -59,6 +59,41 @@ def test_pool_pages_by_name_and_alignment_are_bounded_too() -> None:
     assert ManagerConfig(device_alignment_bytes=B.MAX_DEVICE_ALIGNMENT_BYTES).device_alignment_bytes
 
 
+@pytest.mark.parametrize("bad", [None, [1], [("csa.swa_window", 4)], "csa.swa_window", 8, {3: 8}], ids=repr)
+def test_pool_pages_must_be_a_mapping_of_pool_names(bad: object) -> None:
+    with pytest.raises(ConfigError) as info:  # not AttributeError ('list' object has no attribute 'items')
+        ManagerConfig(pool_pages=bad)  # type: ignore[arg-type]
+    assert info.value.source == "ManagerConfig" and info.value.key == "pool_pages"
+
+
+def test_accepted_abi_is_a_set_of_strings_never_a_bare_string() -> None:
+    layout = Layout.from_preset("tiny_v4")
+    ids = [p.abi_id for p in layout.pools]
+    for bad in (5, ids[0], ids[0].encode(), {5}, (ids[0], None)):
+        with pytest.raises(ConfigError) as info:  # a string would match by substring; 5 failed at the first match
+            ManagerConfig(accepted_abi=bad)  # type: ignore[arg-type]
+        assert info.value.source == "ManagerConfig" and info.value.key == "accepted_abi"
+    for given in (frozenset(ids), set(ids), tuple(ids), list(ids)):
+        config = ManagerConfig(accepted_abi=given, key_seed=0)  # type: ignore[arg-type]
+        assert config.accepted_abi == frozenset(ids) and isinstance(config.accepted_abi, frozenset)
+        tokens, codes = _resumed(CacheManager(layout, config))
+        assert tokens == 40 and "ABI_MISMATCH" not in codes
+    fewer = ManagerConfig(accepted_abi=sorted(set(ids))[1:], key_seed=0)  # type: ignore[arg-type]
+    tokens, codes = _resumed(CacheManager(layout, fewer))
+    assert tokens == 0 and "ABI_MISMATCH" in codes
+    assert ManagerConfig().accepted_abi is None
+
+
+def _resumed(m: CacheManager) -> tuple[int, tuple[str, ...]]:
+    """Tokens and reason codes of a follow-up's hit on a 40-token prompt computed before."""
+    first = m.add_request(np.arange(40))
+    m.allocate(first, 40)
+    m.commit(first, 40)
+    m.release(first)
+    hit = m.match(m.add_request(np.arange(48)))
+    return hit.tokens, hit.codes
+
+
 def test_a_trillion_pages_is_refused_at_once_with_a_typed_error() -> None:
     tracemalloc.start()
     start = time.perf_counter()

@@ -13,6 +13,7 @@ from hkv_core.layout import Layout
 from hkv_core.manager import (
     CacheManager,
     CopyPages,
+    InvalidArgument,
     InvalidRequestState,
     ManagerConfig,
     StaleLease,
@@ -234,6 +235,35 @@ def test_complete_moves_the_targets_out_of_filling_once() -> None:
     before = m.snapshot()
     with pytest.raises(UnknownPlan):
         m.complete(plan.plan_id, Completion())
+    assert m.snapshot() == before
+    m.commit(rid, 8)
+    m.release(rid)
+
+
+@pytest.mark.parametrize("completion", [None, True, "ok", {"ok": True}], ids=repr)
+def test_complete_refuses_a_bad_completion_and_the_plan_stays_in_flight(completion: object) -> None:
+    m, ex, rid, plan = hit_with_a_copy_plan()
+    before = m.snapshot()
+    with pytest.raises(InvalidArgument) as err:
+        m.complete(plan.plan_id, completion)  # type: ignore[arg-type]  # what the test is about
+    assert (err.value.action, err.value.argument) == ("complete", "completion") and err.value.value is completion
+    assert m.snapshot() == before  # the plan was not dropped: the request is not stuck
+    with pytest.raises(InvalidRequestState, match="still in flight"):
+        m.commit(rid, 8)
+    m.complete(plan.plan_id, ex.run(plan))
+    assert states(m, plan, "dst") == ["RESERVED"] * len(plan.ops)
+    m.commit(rid, 8)
+    m.release(rid)
+
+
+def test_complete_takes_a_numpy_integer_plan_id() -> None:
+    m, ex, rid, plan = hit_with_a_copy_plan()
+    m.complete(np.int64(plan.plan_id), ex.run(plan))  # type: ignore[arg-type]  # an id read from an array
+    assert states(m, plan, "dst") == ["RESERVED"] * len(plan.ops)
+    before = m.snapshot()
+    for plan_id in (np.int32(plan.plan_id), plan.plan_id, "0", None, True):
+        with pytest.raises(UnknownPlan):
+            m.complete(plan_id, Completion())  # type: ignore[arg-type]
     assert m.snapshot() == before
     m.commit(rid, 8)
     m.release(rid)

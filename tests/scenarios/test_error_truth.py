@@ -19,6 +19,7 @@ from hkv_core.errors import (
     InvalidTokens,
     OutOfPages,
     SpecError,
+    UnknownPool,
 )
 from hkv_core.layout import Layout
 from hkv_core.manager import CacheManager, ManagerConfig
@@ -178,6 +179,56 @@ def test_pool_pages_naming_no_pool_of_the_layout_is_refused() -> None:
     with pytest.raises(ConfigError, match="no pool 'csa.compresed_kv' in layout 'tiny_v4'") as info:
         CacheManager(Layout.from_preset("tiny_v4"), ManagerConfig(pool_pages={"csa.compresed_kv": 8}))
     assert info.value.key == "pool_pages" and "csa.compressed_kv" in str(info.value)
+
+
+@pytest.mark.parametrize("pool", ["nope", None, ["csa.swa_window"], 3], ids=repr)
+@pytest.mark.parametrize("action", ["pages", "free_pages"])
+def test_an_unknown_pool_is_refused_listing_the_known_ones(action: str, pool: object) -> None:
+    m = tiny()
+    before = m.snapshot()
+    with pytest.raises(UnknownPool) as info:  # not an AssertionError (or a TypeError from the lookup)
+        getattr(m, action)(pool)
+    assert info.value.pool is pool and info.value.action == action
+    assert info.value.known == tuple(spec.name for spec in m.layout.pools)
+    assert m.snapshot() == before
+
+
+@pytest.mark.parametrize("which", [[10**9], [65], [-1], "abc", [1.5], [[1]], 3, [True], {1, 2}], ids=repr)
+def test_pages_refuses_which_that_is_not_page_ids_of_the_pool(which: object) -> None:
+    m = tiny()  # 64 pages and the NULL page: ids 0..64
+    with pytest.raises(InvalidArgument) as info:  # not IndexError, ValueError or TypeError from NumPy
+        m.pages("csa.swa_window", which)  # type: ignore[arg-type]
+    assert (info.value.action, info.value.argument) == ("pages", "which") and info.value.value is which
+    assert "[0, 64]" in info.value.reason
+
+
+def test_pages_takes_lists_ranges_arrays_and_nothing() -> None:
+    m = tiny()
+    assert m.pages("csa.swa_window", [0, 64]).states == ("FREE", "FREE")
+    assert m.pages("csa.swa_window", range(3)).pages.tolist() == [0, 1, 2]
+    assert m.pages("csa.swa_window", np.array([5], np.uint8)).pages.tolist() == [5]
+    assert m.pages("csa.swa_window", []).states == ()
+    assert len(m.pages("csa.swa_window").states) == 65
+
+
+@pytest.mark.parametrize("plan", [None, "x", 0, [], {"ops": []}], ids=repr)
+def test_verify_refuses_what_is_not_a_plan(plan: object) -> None:
+    m = tiny()
+    with pytest.raises(InvalidArgument) as info:  # not AttributeError: no attribute 'checks'
+        m.verify(plan)  # type: ignore[arg-type]
+    assert (info.value.action, info.value.argument) == ("verify", "plan") and info.value.value is plan
+
+
+@pytest.mark.parametrize(("args", "argument"), [
+    ((None,), "layout"),
+    (("tiny_v4",), "layout"),
+    ((Layout.from_preset("tiny_v4"), {"max_requests": 3}), "config"),
+    ((Layout.from_preset("tiny_v4"), 3), "config"),
+], ids=repr)
+def test_cache_manager_refuses_what_is_not_a_layout_or_a_config(args: tuple[object, ...], argument: str) -> None:
+    with pytest.raises(InvalidArgument) as info:  # not AttributeError from deep inside the constructor
+        CacheManager(*args)  # type: ignore[arg-type]
+    assert (info.value.action, info.value.argument) == ("CacheManager", argument)
 
 
 # ---------------------------------------------------------------------------------------------- the Engine
