@@ -87,9 +87,11 @@ class Engine:
                  cache_salt: str | None = None) -> ServeResult:
         """Serve one request through the cache; the request is released even on errors.  InvalidTokens for a
         prompt that is empty, not 1-D, not integers or past the vocabulary; InvalidArgument for a negative
-        `max_new_tokens` or a `chunk_tokens` below 1 (checked before the manager sees the request)."""
+        `max_new_tokens` or a `chunk_tokens` below 1, and for a prompt and `max_new_tokens` the model's positions
+        or the manager's `max_request_tokens` cannot hold (checked before the manager sees the request)."""
         prompt = _prompt(prompt_tokens, self.config.vocab)
         _count("generate", "max_new_tokens", max_new_tokens, 0)
+        self._fits("generate", prompt_tokens, len(prompt), max_new_tokens)
         if chunk_tokens is not None:
             _count("generate", "chunk_tokens", chunk_tokens, 1)
         rid = self.manager.add_request(prompt, cache_salt=cache_salt)
@@ -106,9 +108,11 @@ class Engine:
                            reason_details=hit.reasons)
 
     def recompute(self, prompt_tokens: ArrayLike, max_new_tokens: int) -> ServeResult:
-        """The same model with no cache: greedy tokens, then every logit from one full forward pass."""
+        """The same model with no cache: greedy tokens, then every logit from one full forward pass.
+        InvalidTokens and InvalidArgument as `generate` (the model's positions bound the tokens; no manager)."""
         prompt = _prompt(prompt_tokens, self.config.vocab)
         _count("recompute", "max_new_tokens", max_new_tokens, 0)
+        self._fits("recompute", prompt_tokens, len(prompt), max_new_tokens)
         logits, state = self.model.forward(prompt, self.model.empty_state())
         tokens: list[int] = []
         for i in range(max_new_tokens):
@@ -142,6 +146,22 @@ class Engine:
         return evicted
 
     # -- internals --------------------------------------------------------------------------
+
+    def _fits(self, action: str, given: object, prompt_tokens: int, max_new_tokens: int) -> None:
+        """InvalidArgument unless the request's tokens fit the model's positions (every token but the last
+        generated one is forwarded) and, for `generate`, the manager's `max_request_tokens` (the prompt and
+        each generated token but the last are appended to the request)."""
+        needed = prompt_tokens + max(0, max_new_tokens - 1)
+        limits = [(self.config.max_positions, "the model's max_positions")]
+        if action == "generate":
+            limits.append((self.manager.config.max_request_tokens, "the manager's max_request_tokens"))
+        for limit, name in limits:
+            if needed > limit:
+                argument, value = (("prompt_tokens", given) if prompt_tokens > limit
+                                   else ("max_new_tokens", max_new_tokens))
+                raise InvalidArgument(action=action, argument=argument, value=value,
+                                      reason=f"a prompt of {prompt_tokens} tokens and {max_new_tokens} new ones "
+                                             f"run {needed} tokens through the model, past {name} of {limit}")
 
     def _prefill(self, rid: int, prompt: I64, hit_tokens: int, chunk_tokens: int) -> F32:
         outs = []

@@ -7,6 +7,7 @@ from __future__ import annotations
 import tracemalloc
 from pathlib import Path
 
+import attrs
 import numpy as np
 import pytest
 
@@ -25,7 +26,9 @@ from hkv_core.layout import Layout
 from hkv_core.manager import CacheManager, ManagerConfig
 from hkv_core.spec import load_lifecycle
 from hkv_core.testing.spec_mutation import mutated_spec
+from hkv_exec_ref import RefExecutor
 from hkv_exec_ref.engine import Engine
+from hkv_exec_ref.tiny_v4 import TinyV4
 
 
 def tiny(pages: int = 64) -> CacheManager:
@@ -270,6 +273,33 @@ def test_engine_refuses_bad_counts_with_invalid_argument(engine: Engine, kwargs:
     assert len(engine.manager.core.requests) == 0
     with pytest.raises(InvalidArgument, match="evict: tier='disk'"):
         engine.evict("disk")
+
+
+@pytest.mark.parametrize("action", ["generate", "recompute"])
+def test_engine_refuses_more_tokens_than_the_model_has_positions_up_front(engine: Engine, action: str) -> None:
+    positions = engine.config.max_positions
+    snapshot, passes = engine.manager.snapshot(), engine.stats.forward_passes
+    for prompt, new, argument in (([1, 2], 10**12, "max_new_tokens"), ([1, 2], positions, "max_new_tokens"),
+                                  ([1] * (positions + 1), 0, "prompt_tokens")):
+        with pytest.raises(InvalidArgument) as info:  # not AssertionError from the rope tables, nor OutOfPages
+            getattr(engine, action)(prompt, new)
+        assert (info.value.action, info.value.argument) == (action, argument)
+        assert f"max_positions of {positions}" in info.value.reason
+    assert engine.manager.snapshot() == snapshot and engine.stats.forward_passes == passes
+    model = TinyV4(attrs.evolve(engine.config, max_positions=40))
+    short = Engine(model, CacheManager(engine.layout, engine.manager.config), RefExecutor())
+    with pytest.raises(InvalidArgument, match="max_positions of 40"):
+        getattr(short, action)([1] * 30, 12)
+    assert len(getattr(short, action)([1] * 30, 11).tokens) == 11  # every token but the last new one is forwarded
+
+
+def test_engine_refuses_more_tokens_than_the_manager_admits_before_admitting() -> None:
+    small = Engine.tiny(max_request_tokens=40)
+    before = small.manager.snapshot()
+    with pytest.raises(InvalidArgument, match="max_request_tokens of 40") as info:
+        small.generate([1] * 30, 12)  # 30 + 11 tokens appended to the request
+    assert info.value.argument == "max_new_tokens" and small.manager.snapshot() == before
+    assert len(small.generate([1] * 30, 11).tokens) == 11 and len(small.recompute([1] * 30, 12).tokens) == 12
 
 
 def test_engine_serves_integer_prompts_given_as_lists_or_arrays_alike(engine: Engine) -> None:
