@@ -18,13 +18,14 @@ MTP_LAYERS_MAX = 64  # num_nextn_predict_layers: published models have 0 to 3 dr
 HEADS_MAX = 4096  # num_attention_heads, num_key_value_heads, index_n_heads: 32x the most (128)
 HEAD_DIM_MAX = 65_536  # head_dim, qk_*_head_dim, v_head_dim, index_head_dim, kv_lora_rank: values per head
 HIDDEN_SIZE_MAX = 1 << 20  # hidden_size: 64x the widest published model (16384)
-WINDOW_TOKENS_MAX = 1 << 24  # sliding_window: 16 Mi tokens, 8x hkv's longest request (2 Mi tokens)
+WINDOW_TOKENS_MAX = 1 << 24  # sliding_window: 16 Mi tokens, 8x the default max_request_tokens (2 Mi tokens)
 COMPRESS_RATIO_MAX = 1 << 16  # compress_ratios entries: a compressor tail keeps up to r + 3 rows per layer
 INDEX_TOPK_MAX = 1 << 20  # index_topk: compressed entries a CSA query selects (1024 in V4-Pro)
 VOCAB_SIZE_MAX = 1 << 31  # vocab_size: token ids are int32 ([0, 2**31), see InvalidTokens)
 BLOCK_TOKENS_MAX = 1 << 16  # hkv.block_tokens: engines use 16 to 256 tokens per block
 ALIGNMENT_BYTES_MAX = 1 << 21  # hkv.alignment_bytes: a 2 MiB huge page, the largest page any tier aligns to
 LAYER_LIST_ITEMS_MAX = LAYERS_MAX + MTP_LAYERS_MAX  # entries of a per-layer list (compress_ratios, layer_types)
+CONFIG_FILE_BYTES_MAX = 16 << 20  # a config file read from disk (config.json, .toml): 16 MiB, checked before reading
 
 # The limit of each integer key a config may give (nested ``hkv.`` keys by their bare name).
 KEY_MAXIMUM: dict[str, int] = {

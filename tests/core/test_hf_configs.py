@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from hkv_cli.inspect_cmd import inspect_command
 from hkv_core.errors import ConfigError
 from hkv_core.layout import Layout, ObjectKind
+from hkv_core.layout.bounds import CONFIG_FILE_BYTES_MAX
 from hkv_core.layout.model_types import MODEL_TYPES, Family
 from hkv_core.layout.presets import load_config_file
 from hkv_core.layout.report import load_layout
@@ -206,3 +207,53 @@ def test_inspect_refuses_a_bad_config_with_a_typed_error(tmp_path: Path) -> None
     result = CliRunner().invoke(inspect_command, [str(path), "--json"])
     assert isinstance(result.exception, ConfigError)  # hkv_cli.main turns it into exit status 2
     assert result.exception.key == "num_hidden_layers" and result.exception.source == str(path)
+
+
+# ----------------------------------------------------------------- config files that are not configs
+
+
+def deep_json(tmp_path: Path, depth: int = 100_000) -> Path:
+    path = tmp_path / "deep.json"
+    path.write_text("[" * depth + "]" * depth)
+    return path
+
+
+def test_a_deeply_nested_config_is_a_config_error_not_a_recursion_error(tmp_path: Path) -> None:
+    for path in (deep_json(tmp_path), tmp_path / "deep.toml"):
+        if path.suffix == ".toml":
+            path.write_text("a = " + "[" * 100_000 + "]" * 100_000)
+        with pytest.raises(ConfigError, match="nested too deeply") as info:
+            load_config_file(path)
+        assert info.value.source == str(path) and info.value.key == "<file>"
+
+
+def test_a_path_that_is_not_a_regular_file_says_so() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config_file(Path("/dev/zero"))
+    assert info.value.reason == "not a regular file" and info.value.key == "path"
+
+
+def test_a_config_file_over_the_size_limit_is_refused_before_it_is_read(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "config.json"
+    with path.open("wb") as handle:
+        handle.truncate(CONFIG_FILE_BYTES_MAX + 1)  # sparse: no 16 MiB written
+    opened: list[object] = []
+    monkeypatch.setattr(Path, "open", lambda *args, **kwargs: opened.append(args))
+    with pytest.raises(ConfigError, match=f"{CONFIG_FILE_BYTES_MAX + 1:,} bytes, more than") as info:
+        load_config_file(tmp_path)
+    assert info.value.key == "path" and opened == []
+    monkeypatch.undo()
+    path.write_text(json.dumps(fixture("llama3_1_8b")) + " " * (CONFIG_FILE_BYTES_MAX // 2))
+    assert load_config_file(path) == fixture("llama3_1_8b")  # a large file within the limit is read
+
+
+@pytest.mark.parametrize("which", ["deep", "zero", "big"])
+def test_inspect_turns_a_file_that_is_no_config_into_a_config_error(tmp_path: Path, which: str) -> None:
+    if which == "big":
+        with (tmp_path / "big.json").open("wb") as handle:
+            handle.truncate(CONFIG_FILE_BYTES_MAX + 1)
+    path = {"deep": str(deep_json(tmp_path)), "zero": "/dev/zero", "big": str(tmp_path / "big.json")}[which]
+    result = CliRunner().invoke(inspect_command, [path, "--json"])
+    assert isinstance(result.exception, ConfigError), result.exception  # hkv_cli.main: exit status 2
+    assert result.exception.source == path and "no such" not in result.exception.reason

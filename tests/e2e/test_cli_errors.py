@@ -16,6 +16,7 @@ import pytest
 from hkv_cli import check_cmd
 from hkv_cli.errors import FAILED, INTERNAL, INTERRUPTED, USAGE, OutputPathError, output_folder
 from hkv_cli.main import run, wants_json
+from hkv_core.layout.bounds import CONFIG_FILE_BYTES_MAX
 
 
 def hkv(*args: str) -> subprocess.CompletedProcess[str]:
@@ -39,9 +40,15 @@ def files(tmp_path: Path) -> dict[str, str]:
     wrong.write_text("kinds = 3\n")
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)  # a RecursionError in the JSON reader
+    big = tmp_path / "big.json"
+    with big.open("wb") as handle:
+        handle.truncate(CONFIG_FILE_BYTES_MAX + 1)  # sparse
     return {"file": str(a_file), "under_file": str(a_file / "sub"), "binary": str(binary), "broken": str(broken),
             "wrong": str(wrong), "empty": os.devnull, "fifo": str(fifo), "dir": str(tmp_path),
-            "missing": str(tmp_path / "missing.toml"), "missing_json": str(tmp_path / "missing.json")}
+            "missing": str(tmp_path / "missing.toml"), "missing_json": str(tmp_path / "missing.json"),
+            "deep": str(deep), "big": str(big), "zero": "/dev/zero"}
 
 
 # (arguments, the error type expected); every one exits 2.  Paths are keys of `files`, spelled {name}.
@@ -92,6 +99,9 @@ BAD_INPUTS = [
     (["inspect", "{binary}"], "ConfigError"),
     (["inspect", "{file}"], "ConfigError"),
     (["inspect", "{fifo}"], "ConfigError"),
+    (["inspect", "{deep}"], "ConfigError"),
+    (["inspect", "{big}"], "ConfigError"),
+    (["inspect", "{zero}"], "ConfigError"),
     (["inspect", "tiny_v4", "--tokens", "-1"], "BadParameter"),
     (["no_such_command"], "NoSuchCommand"),
 ]
@@ -119,6 +129,15 @@ def test_bad_input_without_json_is_a_short_message(args: list[str], error_type: 
         assert captured.err.count("\n") == 1 and f"({error_type})" in captured.err, captured.err
     else:  # click's: usage, a hint and one 'Error:' line
         assert "Error:" in captured.err and len(captured.err.splitlines()) <= 6, captured.err
+
+
+@pytest.mark.parametrize(("name", "reason"), [("deep", "nested too deeply"), ("zero", "not a regular file"),
+                                            ("fifo", "not a regular file"), ("big", "more than 16,777,216 bytes")])
+def test_inspect_says_why_a_file_is_no_config(name: str, reason: str, files: dict[str, str],
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(["inspect", files[name], "--json"]) == USAGE
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert reason in error["message"] and "no such" not in error["message"], error
 
 
 def test_output_path_errors_name_option_path_and_reason(files: dict[str, str]) -> None:
