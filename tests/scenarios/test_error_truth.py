@@ -227,7 +227,7 @@ def test_verify_refuses_what_is_not_a_plan(plan: object) -> None:
     (("tiny_v4",), "layout"),
     ((Layout.from_preset("tiny_v4"), {"max_requests": 3}), "config"),
     ((Layout.from_preset("tiny_v4"), 3), "config"),
-], ids=repr)
+], ids=["None", "a preset name", "a dict config", "an int config"])
 def test_cache_manager_refuses_what_is_not_a_layout_or_a_config(args: tuple[object, ...], argument: str) -> None:
     with pytest.raises(InvalidArgument) as info:  # not AttributeError from deep inside the constructor
         CacheManager(*args)  # type: ignore[arg-type]
