@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The README's speed figures, rendered from benchmark results stored in benchmarks/results/.
 
-    python scripts/readme_figures.py record-peers RESULTS.json  # store a peer-harness run (W1,W3 or W2)
+    python scripts/readme_figures.py record-peers RESULTS.json [MORE.json ...]  # store a peer-harness run
+                                          # (W1,W3 or W2); further W1,W3 runs of the same commit add their ratios
     python scripts/readme_figures.py write                      # rewrite the README's figures block
     python scripts/readme_figures.py check                      # exit 1 when the README's block differs
 
@@ -52,9 +53,11 @@ def commit() -> str:
     return head
 
 
-def record_peers(path: Path) -> Path:
-    """Store a harness result file (hit lists dropped, commit added) as peers_w1w3.json or peers_w2.json."""
+def record_peers(path: Path, more: list[Path] | None = None) -> Path:
+    """Store a harness result file (hit lists dropped, commit added) as peers_w1w3.json or peers_w2.json;
+    the W1/W3 ratios of `more` runs (same commit, run right after) go with it as `other_runs`."""
     run = json.loads(path.read_text())
+    run["other_runs"] = [json.loads(p.read_text())["ratios"] for p in more or []]
     for rows in (run.get("W1", []), run.get("W3", [])):
         for row in rows:
             row.pop("hits_per_request", None)
@@ -99,6 +102,12 @@ def peers_table(run: dict[str, Any]) -> list[str]:
     agreement = run.get("hit_agreement_vs_vllm", {})
     agree = bool(agreement) and all(v["differing_requests"] == 0 for v in agreement.values())
     lines += ["", f"Every engine's hit equals vLLM's request by request: {'yes' if agree else '**no**'}."]
+    others = run.get("other_runs", [])
+    if others:
+        def listed(key: str) -> str:
+            return ", ".join(f"{r[key]['total']:.2f}x" for r in others)
+        lines.append(f"{len(others)} more runs right after, same commit: W1 hkv / vLLM {listed('hkv/vllm')}; "
+                     f"W3 hkv V4-Flash / vLLM hybrid {listed('hkv-v4/vllm-hybrid')}.")
     return lines
 
 
@@ -175,8 +184,8 @@ def refreshed(text: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["record-peers"] and len(argv) == 2:
-        print(f"stored {record_peers(Path(argv[1])).relative_to(ROOT)}")
+    if argv[:1] == ["record-peers"] and len(argv) >= 2:
+        print(f"stored {record_peers(Path(argv[1]), [Path(p) for p in argv[2:]]).relative_to(ROOT)}")
         return 0
     if argv not in (["write"], ["check"]):
         print(__doc__, file=sys.stderr)
