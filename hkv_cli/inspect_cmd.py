@@ -6,12 +6,14 @@ import click
 
 from hkv_cli.output import print_json
 from hkv_core.layout import format_report_text, inspect_report, load_layout, preset_names
+from hkv_core.manager.config_bounds import MAX_REQUEST_TOKENS
 
 
 @click.command("inspect")
 @click.argument("config_or_preset")
-@click.option("--tokens", "prefix_tokens", type=click.IntRange(min=0), default=None,
-              help="Also show the state needed to resume at prefix length P.")
+@click.option("--tokens", "prefix_tokens", type=click.IntRange(0, MAX_REQUEST_TOKENS), default=None,
+              help="Also show the state needed to resume at prefix length P (at most the longest request a "
+                   "manager admits).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def inspect_command(config_or_preset: str, prefix_tokens: int | None, as_json: bool) -> None:
     """Layer groups, pools and bytes per token of CONFIG_OR_PRESET: a Hugging Face config.json

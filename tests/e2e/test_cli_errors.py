@@ -54,6 +54,8 @@ def files(tmp_path: Path) -> dict[str, str]:
 # (arguments, the error type expected); every one exits 2.  Paths are keys of `files`, spelled {name}.
 BAD_INPUTS = [
     (["demo", "--seed", "-1"], "BadParameter"),
+    (["inspect", "tiny_v4", "--tokens", str(2**28 + 1)], "BadParameter"),
+    (["inspect", "tiny_v4", "--tokens", "-1"], "BadParameter"),
     (["demo", "--seed", str(2**64)], "BadParameter"),
     (["demo", "--seed", "1.5"], "BadParameter"),
     (["demo", "--requests", "0"], "BadParameter"),
