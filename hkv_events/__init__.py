@@ -1,4 +1,4 @@
-"""Publish hkv's KV cache events to routers: ZeroMQ PUB, msgspec (msgpack) encoding, vLLM's wire format.
+"""Publish hkv's KV cache events to routers: ZeroMQ PUB, msgspec (msgpack) encoding, vLLM 0.33's wire format.
 
 Needs the `events` extra (`pip install 'hkv[events]'`: pyzmq, msgspec).  The
 events themselves (`hkv_core.events`) and `CacheManager.take_events()` need
