@@ -61,7 +61,7 @@ import xxhash
 from hkv_core.errors import ConfigError, InvalidTokens, UnitError
 
 __all__ = ["ALGORITHMS", "CONTEXT_MEMO", "KEY_BYTES", "KEY_DTYPE", "NO_EXTRA", "SEED_LIMIT", "TOKEN_BYTES",
-           "TOKEN_ID_LIMIT", "BlockHasher", "ExtraKeys", "checked_tokens", "key_bytes", "keys_as_void"]
+           "TOKEN_ID_LIMIT", "BlockHasher", "ExtraKeys", "checked_tokens", "key_bytes", "keys_as_void", "keys_bytes"]
 
 KEY_BYTES = 16  # one block key: 128 bits
 TOKEN_BYTES = 4  # tokens are hashed as little-endian 32-bit ids
@@ -220,6 +220,13 @@ def key_bytes(keys: np.ndarray, i: int) -> bytes:
     """The 16 bytes of key ``i`` (negative ``i`` counts from the end), e.g. a ``parent``."""
     assert keys.ndim == 2 and keys.shape[1] == 2 and keys.dtype.kind == "u" and keys.itemsize == 8
     return np.asarray(keys[i], dtype=KEY_DTYPE).tobytes()
+
+
+def keys_bytes(keys: np.ndarray) -> tuple[bytes, ...]:
+    """The 16 bytes of every key (as ``key_bytes`` gives one), in one conversion."""
+    assert keys.ndim == 2 and keys.shape[1] == 2 and keys.dtype.kind == "u" and keys.itemsize == 8
+    raw = np.ascontiguousarray(keys, dtype=KEY_DTYPE).tobytes()
+    return tuple(raw[i:i + KEY_BYTES] for i in range(0, len(raw), KEY_BYTES))
 
 
 def keys_as_void(keys: np.ndarray) -> np.ndarray:

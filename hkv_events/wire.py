@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 
+import attrs
 import msgspec
 
 from hkv_core import events as ev
@@ -82,22 +83,18 @@ class WireBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     data_parallel_rank: int | None = None
 
 
+WIRE: dict[type, type[_Event]] = {ev.BlockStored: BlockStored, ev.BlockRemoved: BlockRemoved,
+                                  ev.AllBlocksCleared: AllBlocksCleared, ev.ResumePointStored: ResumePointStored,
+                                  ev.ResumePointRemoved: ResumePointRemoved, ev.EventsLost: EventsLost}
+
+
 def to_wire(event: ev.KVEvent) -> WireEvent:
-    """The wire struct of one hkv event (same fields)."""
-    if isinstance(event, ev.BlockStored):
-        return BlockStored(block_hashes=list(event.block_hashes), parent_block_hash=event.parent_block_hash,
-                           token_ids=list(event.token_ids), block_size=event.block_size, lora_id=event.lora_id,
-                           medium=event.medium, lora_name=event.lora_name)
-    if isinstance(event, ev.BlockRemoved):
-        return BlockRemoved(block_hashes=list(event.block_hashes), medium=event.medium)
-    if isinstance(event, ev.AllBlocksCleared):
-        return AllBlocksCleared()
-    if isinstance(event, ev.ResumePointStored):
-        return ResumePointStored(block_hash=event.block_hash, position_tokens=event.position_tokens,
-                                 medium=event.medium)
-    if isinstance(event, ev.ResumePointRemoved):
-        return ResumePointRemoved(block_hashes=list(event.block_hashes), medium=event.medium)
-    return EventsLost(count=event.count)
+    """The wire struct of one hkv event: the fields its struct has (tuples as lists), by name."""
+    struct = WIRE[type(event)]
+    fields = attrs.asdict(event, recurse=False)
+    wired = struct(**{name: list(v) if isinstance(v := fields[name], tuple) else v
+                      for name in struct.__struct_fields__})
+    return wired  # type: ignore[return-value]  # one of WireEvent's members, by WIRE
 
 
 _ENCODER = msgspec.msgpack.Encoder()

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hkv_core.block_keys import keys_bytes as hashes
 from hkv_core.errors import CacheBusy, ConfigError
 from hkv_core.events import (
     AllBlocksCleared,
@@ -32,7 +33,6 @@ from hkv_core.events import (
 from hkv_core.layout import Layout
 from hkv_core.manager import CacheManager, ManagerConfig, OutOfPages
 from hkv_core.manager.index import NO_POINT, EventLog
-from hkv_core.manager.index.event_log import hashes
 from hkv_core.plan import Completion
 
 PRESETS = ("tiny_v4", "swa_full", "llama_full")
