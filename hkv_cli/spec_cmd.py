@@ -34,15 +34,16 @@ def diagram_command(out_dir: str | None, fmt: str, as_json: bool) -> None:
         return
     directory = output_folder("--out", Path(out_dir))
     files = [directory / "lifecycle.mmd"]
+    graphviz = graphviz_available()
     with writing("--out", directory):
         files[0].write_text(text)
-        if graphviz_available():
+        if graphviz:
             files += [render_graphviz(kind, directory / f"{kind.name}.{fmt}") for kind in spec.kinds.values()]
-    if not graphviz_available():
+    if not graphviz:
         console.print("Graphviz not found: wrote Mermaid text only "
                       "(pip install graphviz; apt-get install graphviz)", markup=False, highlight=False)
     if as_json:
-        print_json({"files": [str(f) for f in files], "graphviz": graphviz_available()})
+        print_json({"files": [str(f) for f in files], "graphviz": graphviz})
     else:
         for f in files:
             click.echo(str(f))
