@@ -107,7 +107,7 @@ def _attention_heads(reader: ConfigReader) -> int:
 
 def _kv_dtype(reader: ConfigReader) -> str:
     """The dtype of stored K/V (``torch_dtype`` or ``dtype``; default bf16)."""
-    key = "dtype" if reader.config.get("dtype") is not None else "torch_dtype"
+    key = "dtype" if reader.present("dtype") else "torch_dtype"
     name = reader.string(key, default=DEFAULT_KV_DTYPE)
     dtype = HF_DTYPES.get(name, name)
     if dtype not in DTYPE_BYTES:
