@@ -34,7 +34,6 @@ from hkv_core.errors import (
     InvariantViolation,
     StaleLease,
     UnknownPlan,
-    UnknownPool,
     UnknownRequest,
 )
 from hkv_core.events import KVEvent
@@ -44,7 +43,6 @@ from hkv_core.manager import acquire, admit, allocate, commit, evict, match, rel
 from hkv_core.manager.config import ManagerConfig
 from hkv_core.manager.core import Core
 from hkv_core.manager.invariants import check_invariants
-from hkv_core.manager.page_pools import PoolSlots
 from hkv_core.manager.records import Allocation, Hit
 from hkv_core.manager.requests import RequestState
 from hkv_core.plan import Completion, Plan
@@ -278,13 +276,11 @@ class CacheManager:
 
         UnknownPool for a pool the layout does not have; InvalidArgument when `which` is not a sequence of
         integer page ids of the pool (NULL page 0 included)."""
-        slots = self._pool(pool, "pages")
-        return views.pages(self.core, pool, None if which is None else views.page_ids(slots, pool, which))
+        return views.pages(self.core, pool, which)
 
     @_locked
     def free_pages(self, pool: str) -> int:
         """Pages of `pool` free now (UnknownPool for a pool the layout does not have)."""
-        self._pool(pool, "free_pages")
         return views.free_pages(self.core, pool)
 
     @_locked
@@ -324,12 +320,6 @@ class CacheManager:
         if req is None:
             raise UnknownRequest(request_id=rid, action=action)
         return req
-
-    def _pool(self, name: str, action: str) -> PoolSlots:
-        pool = self.core.member.get(name) if isinstance(name, str) else None
-        if pool is None:
-            raise UnknownPool(pool=name, known=tuple(spec.name for spec in self.core.layout.pools), action=action)
-        return pool
 
     def _count(self, req: RequestState, action: str, value: object, room: int) -> int:
         """`value` (argument `num_tokens`) as a token count in [1, room], else InvalidRequestArgument naming the

@@ -14,7 +14,7 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from hkv_core.errors import InvalidArgument
+from hkv_core.errors import InvalidArgument, UnknownPool
 from hkv_core.manager.core import Core
 from hkv_core.manager.page_pools import NO_OWNER, NULL_OBJECT, PoolSlots
 from hkv_core.manager.requests import RequestState
@@ -33,9 +33,12 @@ class PageView:
     owners: tuple[int | None, ...]  # request id owning each page's object (None: nobody)
 
 
-def pool_of(core: Core, name: str) -> PoolSlots:
-    pool = core.member.get(name)
-    assert pool is not None, f"no pool {name!r}; pools: {sorted(core.member)}"
+def pool_of(core: Core, name: str, action: str) -> PoolSlots:
+    """The page pool called `name` (a member name of the layout); UnknownPool, listing the layout's pools, for
+    any other name or a non-string."""
+    pool = core.member.get(name) if isinstance(name, str) else None
+    if pool is None:
+        raise UnknownPool(pool=name, known=tuple(spec.name for spec in core.layout.pools), action=action)
     return pool
 
 
@@ -58,10 +61,10 @@ def page_ids(pool: PoolSlots, name: str, which: object) -> NDArray[np.int64]:
     return ids.astype(np.int64)
 
 
-def pages(core: Core, name: str, which: NDArray[np.integer] | list[int] | None = None) -> PageView:
-    """Facts about pages `which` of pool `name` (all pages when None)."""
-    pool, o = pool_of(core, name), core.objects
-    ids = np.arange(len(pool.slot_object)) if which is None else np.asarray(which, np.int64)
+def pages(core: Core, name: str, which: object = None) -> PageView:
+    """Facts about pages `which` of pool `name` (all pages when None); UnknownPool, InvalidArgument (`page_ids`)."""
+    pool, o = pool_of(core, name, "pages"), core.objects
+    ids = np.arange(len(pool.slot_object)) if which is None else page_ids(pool, name, which)
     objs = pool.slot_object[ids]
     placed = objs != NULL_OBJECT
     owners = tuple(_rid(core, int(s)) if ok else None for s, ok in zip(o.owner[objs].tolist(), placed.tolist(),
@@ -69,7 +72,7 @@ def pages(core: Core, name: str, which: NDArray[np.integer] | list[int] | None =
     states = tuple(o.state_name(int(b)) if ok else "FREE" for b, ok in zip(objs.tolist(), placed.tolist(),
                                                                            strict=True))
     zero32 = np.zeros(len(ids), np.int32)
-    return PageView(pages=ids.copy(), states=states, versions=np.where(placed, o.version[objs], -1),
+    return PageView(pages=ids, states=states, versions=np.where(placed, o.version[objs], -1),
                     leases=np.where(placed, o.leases[objs], zero32),
                     holders=np.where(placed, o.holders[objs], zero32),
                     copies=np.where(placed, o.copies[objs], zero32), owners=owners)
@@ -81,12 +84,12 @@ def _rid(core: Core, slot: int) -> int | None:
 
 
 def free_pages(core: Core, name: str) -> int:
-    return pool_of(core, name).free_count
+    return pool_of(core, name, "free_pages").free_count
 
 
 def pool_pages(core: Core, name: str) -> int:
     """Real pages of pool `name` (the NULL page not counted)."""
-    return pool_of(core, name).size
+    return pool_of(core, name, "pool_pages").size
 
 
 def pinned(core: Core, req: RequestState) -> dict[str, dict[int, int]]:
