@@ -83,8 +83,8 @@ def run(args: Sequence[str]) -> int:
     except Exception as err:  # noqa: BLE001 - the boundary: a bug in hkv, reported in one line
         if os.environ.get(TRACEBACK_ENV):
             traceback.print_exc()
-        message = (f"{err} (this is a bug in hkv; rerun with {TRACEBACK_ENV}=1 for the traceback)"
-                   if str(err) else f"this is a bug in hkv; rerun with {TRACEBACK_ENV}=1 for the traceback")
+        hint = f"this is a bug in hkv; rerun with {TRACEBACK_ENV}=1 for the traceback"
+        message = f"{err} ({hint})" if str(err) else hint
         print_error(f"internal error: {type(err).__name__}", message, {}, INTERNAL, as_json=as_json)
         return INTERNAL
     return result if isinstance(result, int) else OK
