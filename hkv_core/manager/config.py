@@ -49,13 +49,21 @@ def default_metadata_limit() -> int:
     return physical // METADATA_MEMORY_SHARE if physical > 0 else METADATA_FALLBACK_BYTES
 
 
+def _int_in(value: object, low: int, high: int | None = None) -> bool:
+    """Whether `value` is an int (a bool is not) in [low, high] (no upper bound when `high` is None)."""
+    return (isinstance(value, int) and not isinstance(value, bool) and value >= low
+            and (high is None or value <= high))
+
+
 def _abi_ids(value: frozenset[str] | set[str] | tuple[str, ...] | list[str] | None) -> frozenset[str] | None:
     """`accepted_abi` as a frozenset of abi ids (None: all), else ConfigError."""
     if value is None:
         return None
-    if not isinstance(value, frozenset | set | tuple | list) or not all(isinstance(v, str) for v in value):
-        got = type(value).__name__ if not isinstance(value, frozenset | set | tuple | list) else shown(value)
-        raise ConfigError(f"expected None or a set of abi id strings, got {got}", source="ManagerConfig",
+    if not isinstance(value, frozenset | set | tuple | list):
+        raise ConfigError(f"expected None or a set of abi id strings, got {type(value).__name__}",
+                          source="ManagerConfig", key="accepted_abi")
+    if not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"expected None or a set of abi id strings, got {shown(value)}", source="ManagerConfig",
                           key="accepted_abi")
     return frozenset(value)
 
@@ -140,17 +148,17 @@ class ManagerConfig:
                   *[(k, v) for k, v in (("max_blocks", self.max_blocks), ("max_points", self.max_points))
                     if v is not None]]
         for key, value in counts:
-            upper = UPPER_BOUNDS.get(key.split("[")[0])
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1 or (upper and value > upper):
-                bound = f"in [1, {upper:,}]" if upper else ">= 1"
-                raise ConfigError(f"expected an integer {bound}, got {value!r}", source="ManagerConfig", key=key)
+            upper = UPPER_BOUNDS[key.split("[")[0]]  # every count has one
+            if not _int_in(value, 1, upper):
+                raise ConfigError(f"expected an integer in [1, {upper:,}], got {value!r}", source="ManagerConfig",
+                                  key=key)
         shift = self.evict_slack_shift
-        if shift is not None and (not isinstance(shift, int) or isinstance(shift, bool) or not 0 <= shift < 63):
+        if shift is not None and not _int_in(shift, 0, 62):
             raise ConfigError(f"expected None or an integer in [0, 63), got {shift!r}", source="ManagerConfig",
                               key="evict_slack_shift")
         alignment = self.device_alignment_bytes
-        if alignment is not None and (not isinstance(alignment, int) or isinstance(alignment, bool) or alignment < 1
-                                      or alignment & (alignment - 1) or alignment > MAX_DEVICE_ALIGNMENT_BYTES):
+        if alignment is not None and (not _int_in(alignment, 1, MAX_DEVICE_ALIGNMENT_BYTES)
+                                      or alignment & (alignment - 1)):
             raise ConfigError(f"expected None or a power of two in [1, {MAX_DEVICE_ALIGNMENT_BYTES:,}], got "
                               f"{alignment!r}", source="ManagerConfig", key="device_alignment_bytes")
         self._check_keys()
@@ -161,15 +169,15 @@ class ManagerConfig:
 
     def _check_keys(self) -> None:
         seed = self.key_seed
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_LIMIT):
-            shown = type(seed).__name__ if not isinstance(seed, int) else "an integer out of range"  # never the value
-            raise ConfigError(f"expected None or an integer in [0, 2**64), got {shown}", source="ManagerConfig",
+        if seed is not None and not _int_in(seed, 0, SEED_LIMIT - 1):
+            got = type(seed).__name__ if not isinstance(seed, int) else "an integer out of range"  # never the value
+            raise ConfigError(f"expected None or an integer in [0, 2**64), got {got}", source="ManagerConfig",
                               key="key_seed")
         if self.block_hash not in ALGORITHMS:
             raise ConfigError(f"unknown block hash {self.block_hash!r}; the choices: {', '.join(ALGORITHMS)}",
                               source="ManagerConfig", key="block_hash")
         limit = self.max_metadata_bytes
-        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 1):
+        if limit is not None and not _int_in(limit, 1):
             raise ConfigError(f"expected None or an integer >= 1, got {limit!r}", source="ManagerConfig",
                               key="max_metadata_bytes")
 
