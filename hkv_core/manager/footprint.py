@@ -27,7 +27,7 @@ from hkv_core.errors import MetadataTooLarge
 from hkv_core.layout import Layout
 from hkv_core.manager.config import ManagerConfig
 from hkv_core.manager.lanes import LaneSpec, build_lanes
-from hkv_core.manager.limits import Limits
+from hkv_core.manager.limits import Limits, object_count
 from hkv_core.manager.roles.window import window_width
 
 # Bytes per element, one figure per table, from the dtypes the tables are built with.
@@ -73,13 +73,12 @@ def estimate_metadata(layout: Layout, config: ManagerConfig) -> MetadataEstimate
 
 def metadata_of(layout: Layout, config: ManagerConfig, lanes: tuple[LaneSpec, ...], limits: Limits) -> MetadataEstimate:
     """The estimate from capacities already derived (what Core checks before it allocates)."""
-    objects = 1 + sum(lane.pages - 1 for lane in lanes)
     prefix_columns = sum(1 for lane in lanes if lane.block_column)
     point_refs = sum(window_width(lane.window_tokens, layout.block_tokens) for lane in lanes if lane.window_tokens)
     point_refs += sum(1 for lane in lanes if lane.point_snapshot)
     blocks, points = limits.block_rows, limits.point_rows
     tables = {
-        "objects": OBJECT_BYTES * objects,
+        "objects": OBJECT_BYTES * object_count(lanes),
         "pages": sum(PAGE_BYTES * lane.pages - 8 for lane in lanes),  # the free stacks skip the NULL page
         "block table": (BLOCK_ROW_BYTES + REF_BYTES * prefix_columns) * blocks,
         "resume-point table": (POINT_ROW_BYTES + REF_BYTES * point_refs) * points,

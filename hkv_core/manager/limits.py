@@ -70,7 +70,7 @@ class Limits:
     def of(cls, layout: Layout, config: ManagerConfig, lanes: tuple[LaneSpec, ...]) -> Limits:
         """The capacities, or ConfigError when one is past its bound (derived ones included); scalars only:
         nothing is allocated here."""
-        objects = 1 + sum(lane.pages - 1 for lane in lanes)
+        objects = object_count(lanes)
         if objects > MAX_OBJECTS:
             raise ConfigError(f"the pools hold {objects:,} objects together, more than {MAX_OBJECTS:,} (int32 ids)",
                               source="ManagerConfig", key="pool_pages")
@@ -85,6 +85,11 @@ class Limits:
         return cls(pool_pages={lane.name: lane.pages for lane in lanes}, block_rows=blocks, point_rows=points,
                    key_table_slots=key_table_slots(blocks), lru_queue_entries=queue_entries(blocks),
                    max_requests=config.max_requests, max_request_tokens=config.max_request_tokens)
+
+
+def object_count(lanes: tuple[LaneSpec, ...]) -> int:
+    """Objects of every pool together: one per real page, plus the NULL object."""
+    return 1 + sum(lane.pages - 1 for lane in lanes)
 
 
 def derived_block_rows(layout: Layout, config: ManagerConfig, lanes: tuple[LaneSpec, ...]) -> int:
