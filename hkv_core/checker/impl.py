@@ -205,10 +205,8 @@ def check_implementation(config: ImplCheckConfig | None = None,
         for message in check_invariants(m):
             violations.setdefault(message.split(":")[0], trace + (message,))
         checked += 1
-        if len(trace) - len(seeding) >= config.max_depth or (violations and config.stop_on_violation):
-            continue
-        if truncated:
-            continue  # the states already found are checked, not expanded
+        if truncated or len(trace) - len(seeding) >= config.max_depth or (violations and config.stop_on_violation):
+            continue  # once truncated, the states already found are checked, not expanded
         for label, action in list(actions(config, m)):
             calls += 1
             twin, before = m.clone(), m.snapshot()
