@@ -87,11 +87,6 @@ def free_pages(core: Core, name: str) -> int:
     return pool_of(core, name, "free_pages").free_count
 
 
-def pool_pages(core: Core, name: str) -> int:
-    """Real pages of pool `name` (the NULL page not counted)."""
-    return pool_of(core, name, "pool_pages").size
-
-
 def pinned(core: Core, req: RequestState) -> dict[str, dict[int, int]]:
     """Per pool: the pages the request's lease lists and the version each had when pinned."""
     out, o = {}, core.objects
