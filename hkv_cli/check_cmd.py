@@ -17,7 +17,7 @@ from hkv_core.checker import world as bound
 from hkv_core.checker.impl import ImplCheckConfig, ImplCheckResult, check_implementation, seeded_manager
 from hkv_core.spec import load_lifecycle
 
-_IMPL = ImplCheckConfig()
+_CHECK, _IMPL = CheckConfig(), ImplCheckConfig()  # the defaults the options show
 
 
 def exit_status(result: CheckResult, impl: ImplCheckResult | None) -> int:
@@ -37,18 +37,18 @@ def exit_status(result: CheckResult, impl: ImplCheckResult | None) -> int:
 @click.option("--spec", "spec_path", type=click.Path(dir_okay=False), default=None,
               help="Lifecycle spec to check (default: the shipped specs/lifecycle.toml).  Both checks use it: "
                    "the abstract world, and the real CacheManager, which runs on the tables compiled from it.")
-@click.option("--prefixes", default=CheckConfig().prefixes, show_default=True,
+@click.option("--prefixes", default=_CHECK.prefixes, show_default=True,
               type=click.IntRange(1, bound.MAX_PREFIXES),
               help="Prefixes; each is one segment per kind of the spec: the device objects (4 kinds), "
                    "its disk record, its block (chained to the previous prefix's) and its resume point.")
-@click.option("--seeded", "seeded_prefixes", default=CheckConfig().seeded_prefixes, show_default=True,
+@click.option("--seeded", "seeded_prefixes", default=_CHECK.seeded_prefixes, show_default=True,
               type=click.IntRange(0, bound.MAX_PREFIXES),
               help="Prefixes staged and published by request 0 in the seed worlds (at most --prefixes).")
-@click.option("--requests", default=CheckConfig().requests, show_default=True,
+@click.option("--requests", default=_CHECK.requests, show_default=True,
               type=click.IntRange(1, bound.MAX_REQUESTS), help="Concurrent requests.")
-@click.option("--slots", "device_slots", default=CheckConfig().device_slots, show_default=True,
+@click.option("--slots", "device_slots", default=_CHECK.device_slots, show_default=True,
               type=click.IntRange(1, bound.MAX_DEVICE_SLOTS), help="Device slots shared by all device segments.")
-@click.option("--depth", "max_depth", default=CheckConfig().max_depth, show_default=True,
+@click.option("--depth", "max_depth", default=_CHECK.max_depth, show_default=True,
               type=click.IntRange(0, bound.MAX_DEPTH), help="Events explored beyond each seed world.")
 @click.option("--max-states", default=bound.MAX_STATES, show_default=True,
               type=click.IntRange(1, bound.MAX_STATES),
