@@ -9,7 +9,7 @@ import click
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from hkv_cli.errors import FAILED, OK, TRUNCATED, reading_spec
+from hkv_cli.errors import FAILED, OK, TRUNCATED
 from hkv_cli.output import console, out, plain, print_json
 from hkv_core.checker import CheckConfig, CheckResult, check
 from hkv_core.checker import impl as impl_bound
@@ -73,8 +73,7 @@ def check_command(spec_path: str | None, prefixes: int, seeded_prefixes: int, re
     CacheManager on a tiny layout (every sequence of public API calls, each on
     a clone).
     """
-    with reading_spec(spec_path):
-        spec = load_lifecycle(spec_path)
+    spec = load_lifecycle(spec_path)  # a bad file is a SpecError naming it (hkv_core.spec.toml_fields.read_toml)
     config = CheckConfig(prefixes=prefixes, requests=requests, device_slots=device_slots, max_depth=max_depth,
                          seeded_prefixes=min(seeded_prefixes, prefixes), max_states=max_states)
     impl_config = ImplCheckConfig(max_depth=impl_depth, max_states=impl_max_states)

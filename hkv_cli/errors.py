@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from hkv_core.errors import HkvError, SpecError
+from hkv_core.errors import HkvError
 
 OK = 0
 FAILED = 1
@@ -66,26 +66,3 @@ def output_folder(option: str, path: Path) -> Path:
         if not path.is_dir():
             raise NotADirectoryError(20, "not a directory", str(path))
     return path
-
-
-MAX_SPEC_BYTES = 4 << 20  # the shipped lifecycle spec is about 20 KB
-
-
-@contextmanager
-def reading_spec(path: str | None) -> Iterator[None]:
-    """A spec file given on the command line: not a regular file (a FIFO or a device would block or never
-    end), larger than MAX_SPEC_BYTES, not UTF-8 or unreadable is a SpecError naming the file."""
-    if path is not None:
-        file = Path(path)
-        if file.exists() and not file.is_file():
-            raise SpecError("not a regular file", file=path, table="", key="*")
-        if file.is_file() and file.stat().st_size > MAX_SPEC_BYTES:
-            raise SpecError(f"larger than {MAX_SPEC_BYTES:,} bytes", file=path, table="", key="*")
-    path = path or "lifecycle spec"
-    try:
-        yield
-    except UnicodeDecodeError as err:
-        raise SpecError(f"not UTF-8 text (byte {err.start}): {err.reason}", file=path, table="",
-                        key="*") from None
-    except OSError as err:
-        raise SpecError(f"cannot read: {err.strerror or err}", file=path, table="", key="*") from None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -64,12 +66,31 @@ class TableReader:
                            kind if kind is not None else self.kind)
 
 
+MAX_SPEC_BYTES = 4 << 20  # a spec file's size limit; the shipped lifecycle spec is about 20 KB
+
+
 def read_toml(path: Path) -> dict[str, Any]:
-    """Parse a TOML file; unreadable or invalid files raise SpecError."""
+    """Parse a spec file: missing, not a regular file (a FIFO or a device would block or never end), larger
+    than MAX_SPEC_BYTES, unreadable, not UTF-8 or not TOML raise SpecError naming the file."""
+    def fail(why: str) -> SpecError:
+        return SpecError(why, file=str(path), table="", key="*")
+
     try:
+        status = os.stat(path)
+        if not stat.S_ISREG(status.st_mode):
+            raise fail("not a regular file")
+        if status.st_size > MAX_SPEC_BYTES:
+            raise fail(f"larger than {MAX_SPEC_BYTES:,} bytes")
         with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except FileNotFoundError as exc:
-        raise SpecError("file not found", file=str(path), table="", key="*") from exc
+            data = handle.read(MAX_SPEC_BYTES + 1)  # the file may have grown since stat
+        if len(data) > MAX_SPEC_BYTES:
+            raise fail(f"larger than {MAX_SPEC_BYTES:,} bytes")
+        return tomllib.loads(data.decode("utf-8"))
+    except FileNotFoundError:
+        raise fail("file not found") from None
+    except OSError as err:
+        raise fail(f"cannot read: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise fail(f"not UTF-8 text (byte {err.start}): {err.reason}") from None
     except tomllib.TOMLDecodeError as exc:
-        raise SpecError(f"invalid TOML: {exc}", file=str(path), table="", key="*") from exc
+        raise fail(f"invalid TOML: {exc}") from exc

@@ -104,3 +104,23 @@ def test_mutation_helper_refuses_a_target_that_is_absent(tmp_path: Path) -> None
 
 def test_evict_guard_present_in_shipped_spec() -> None:
     assert EVICT in (Path(load_lifecycle().source)).read_text()
+
+
+def test_a_spec_file_that_is_no_spec_is_a_spec_error_for_api_callers_too(tmp_path: Path) -> None:
+    """What `hkv check --spec` refuses, load_lifecycle refuses: not a regular file, too large, not UTF-8."""
+    import os
+
+    from hkv_core.spec.toml_fields import MAX_SPEC_BYTES
+
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    big = tmp_path / "big.toml"
+    with big.open("wb") as handle:
+        handle.truncate(MAX_SPEC_BYTES + 1)  # sparse: nothing is written
+    latin = tmp_path / "latin.toml"
+    latin.write_bytes(b"[meta]\nname = \"caf\xe9\"\n")
+    for path, why in ((fifo, "not a regular file"), (big, "larger than"), (latin, "not UTF-8"),
+                      (tmp_path / "missing.toml", "file not found")):
+        with pytest.raises(SpecError, match=why) as info:
+            load_lifecycle(path)
+        assert info.value.file == str(path)
