@@ -112,6 +112,10 @@ class ManagerConfig:
     - `kv_events`: record KV cache events for `take_events` (routers); off: none
       recorded, nothing spent.  `max_pending_events`: records kept between two
       `take_events` calls (older ones are dropped and counted: `EventsLost`).
+    - `mtp_window`: also manage the MTP (draft) layers' pools (`Layout.mtp_pools`,
+      DeepSeek-V4: their sliding window), for speculative decoding: their
+      window pages join the window page pools, every resume point holds them,
+      so a hit includes them.  Off (the default): the main layers' pools only.
     """
 
     pool_pages: dict[str, int] = attrs.field(factory=dict)
@@ -132,6 +136,7 @@ class ManagerConfig:
     debug_checks: bool = False
     kv_events: bool = False
     max_pending_events: int = DEFAULT_MAX_PENDING_EVENTS
+    mtp_window: bool = False
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.pool_pages, Mapping):
@@ -162,7 +167,7 @@ class ManagerConfig:
             raise ConfigError(f"expected None or a power of two in [1, {MAX_DEVICE_ALIGNMENT_BYTES:,}], got "
                               f"{alignment!r}", source="ManagerConfig", key="device_alignment_bytes")
         self._check_keys()
-        for flag in ("retain_prompt_end", "allow_partial_page_copy", "debug_checks", "kv_events"):
+        for flag in ("retain_prompt_end", "allow_partial_page_copy", "debug_checks", "kv_events", "mtp_window"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigError(f"expected True or False, got {getattr(self, flag)!r}", source="ManagerConfig",
                                   key=flag)

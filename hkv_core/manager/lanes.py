@@ -86,16 +86,25 @@ def _lane_key(spec: PoolSpec, role: PoolRole, pages: int, window: int) -> tuple[
     return role, spec.object_kind, pages
 
 
+def managed_pools(layout: Layout, config: ManagerConfig) -> tuple[PoolSpec, ...]:
+    """The layout pools a manager with `config` manages, in layout order: the main layers' pools, plus the
+    MTP layers' pools when `config.mtp_window` (their window pools join the window page pools)."""
+    return layout.pools + layout.mtp_pools if config.mtp_window else layout.pools
+
+
 def build_lanes(layout: Layout, config: ManagerConfig) -> tuple[LaneSpec, ...]:
     """The page pools of `layout` (in layout pool order of their first member), sizes from `config`;
-    ConfigError when `config.pool_pages` names a pool the layout does not have."""
-    known = [spec.name for spec in layout.pools]
+    ConfigError when `config.pool_pages` names a pool the manager does not manage."""
+    pools = managed_pools(layout, config)
+    known = [spec.name for spec in pools]
     unknown = sorted(set(config.pool_pages) - set(known))
     if unknown:
+        mtp = " (MTP pools are managed only with mtp_window=True)" if any(
+            spec.name in unknown for spec in layout.mtp_pools) else ""
         raise ConfigError(f"no pool {', '.join(map(repr, unknown))} in layout {layout.name!r}; its pools: "
-                          f"{', '.join(known)}", source="ManagerConfig", key="pool_pages")
+                          f"{', '.join(known)}{mtp}", source="ManagerConfig", key="pool_pages")
     groups: dict[tuple[object, ...], list[PoolSpec]] = {}
-    for spec in layout.pools:
+    for spec in pools:
         role = ROLE_OF[(spec.object_kind, spec.entry_kind)]
         window = layout.group(spec.group_name).window_tokens
         _check_geometry(spec, role, layout.block_tokens)

@@ -43,6 +43,7 @@ from hkv_core.manager import acquire, admit, allocate, commit, evict, match, rel
 from hkv_core.manager.config import ManagerConfig
 from hkv_core.manager.core import Core
 from hkv_core.manager.invariants import check_invariants
+from hkv_core.manager.lanes import managed_pools
 from hkv_core.manager.records import Allocation, Hit
 from hkv_core.manager.requests import RequestState
 from hkv_core.plan import Completion, Plan
@@ -196,7 +197,8 @@ class CacheManager:
     def bindings(self) -> tuple[PoolBinding, ...]:
         """Every pool an executor allocates, in layout order, sized like its page pool (NULL page included)."""
         core = self.core
-        return tuple(PoolBinding(spec=spec, pages=core.member[spec.name].spec.pages) for spec in core.layout.pools)
+        return tuple(PoolBinding(spec=spec, pages=core.member[spec.name].spec.pages)
+                     for spec in managed_pools(core.layout, core.config))
 
     @_locked
     def verify(self, plan: Plan) -> None:
@@ -274,7 +276,7 @@ class CacheManager:
     def pages(self, pool: str, which: ArrayLike | None = None) -> views.PageView:
         """States, versions, leases, index references and owners of pages of `pool` (all when None).
 
-        UnknownPool for a pool the layout does not have; InvalidArgument when `which` is not a sequence of
+        UnknownPool for a pool the manager does not manage; InvalidArgument when `which` is not a sequence of
         integer page ids of the pool (NULL page 0 included)."""
         return views.pages(self.core, pool, which)
 

@@ -23,6 +23,7 @@ from numpy.typing import NDArray
 from hkv_core.arrays import all_true
 from hkv_core.manager.core import Core
 from hkv_core.manager.index import NO_POINT
+from hkv_core.manager.lanes import managed_pools
 from hkv_core.manager.limits import SEARCH_BLOCKS
 from hkv_core.manager.page_pools import NULL_OBJECT
 from hkv_core.manager.records import Hit, Reason
@@ -90,7 +91,7 @@ def _rejections(core: Core) -> list[Reason]:
     reasons = []
     accepted = core.config.accepted_abi
     alignment = core.config.device_alignment_bytes or core.layout.alignment_bytes
-    for spec in core.layout.pools:
+    for spec in managed_pools(core.layout, core.config):
         if accepted is not None and spec.abi_id not in accepted:
             reasons.append(Reason(layer="kernel_abi", code="ABI_MISMATCH",
                                   detail=f"{spec.name}: {spec.abi_id} not accepted by the executor"))

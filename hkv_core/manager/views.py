@@ -16,6 +16,7 @@ from numpy.typing import NDArray
 
 from hkv_core.errors import InvalidArgument, UnknownPool
 from hkv_core.manager.core import Core
+from hkv_core.manager.lanes import managed_pools
 from hkv_core.manager.page_pools import NO_OWNER, NULL_OBJECT, PoolSlots
 from hkv_core.manager.requests import RequestState
 
@@ -34,11 +35,12 @@ class PageView:
 
 
 def pool_of(core: Core, name: str, action: str) -> PoolSlots:
-    """The page pool called `name` (a member name of the layout); UnknownPool, listing the layout's pools, for
+    """The page pool called `name` (a managed pool of the layout); UnknownPool, listing the managed pools, for
     any other name or a non-string."""
     pool = core.member.get(name) if isinstance(name, str) else None
     if pool is None:
-        raise UnknownPool(pool=name, known=tuple(spec.name for spec in core.layout.pools), action=action)
+        known = tuple(spec.name for spec in managed_pools(core.layout, core.config))
+        raise UnknownPool(pool=name, known=known, action=action)
     return pool
 
 

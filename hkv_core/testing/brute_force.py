@@ -39,6 +39,7 @@ from numpy.typing import NDArray
 from hkv_core.layout import EntryKind, ObjectKind, PoolSpec
 from hkv_core.manager import CacheManager
 from hkv_core.manager.core import Core
+from hkv_core.manager.lanes import managed_pools
 from hkv_core.manager.requests import RequestState
 
 NO_BLOCK = -1
@@ -70,7 +71,7 @@ def _rejected(core: Core) -> bool:
     alignment = core.config.device_alignment_bytes
     if alignment is None:
         alignment = core.layout.alignment_bytes
-    for spec in core.layout.pools:
+    for spec in managed_pools(core.layout, core.config):
         if accepted is not None and spec.abi_id not in accepted:
             return True
         if spec.page_bytes % alignment != 0:
@@ -109,7 +110,7 @@ def _is_prefix(spec: PoolSpec) -> bool:
 
 def _needs_points(core: Core) -> bool:
     """Window or tail pools: a hit reads window rows and tail snapshots, which only resume points hold."""
-    return any(not _is_prefix(spec) for spec in core.layout.pools)
+    return any(not _is_prefix(spec) for spec in managed_pools(core.layout, core.config))
 
 
 def _block_column(core: Core, name: str) -> int:
@@ -133,7 +134,7 @@ def _usable(core: Core, chain: list[int], prefix: int) -> bool:
     if not core.config.allow_partial_page_copy and prefix % _lcm_tokens(core) != 0:
         return False
     table = core.index.blocks
-    for spec in core.layout.pools:
+    for spec in managed_pools(core.layout, core.config):
         if not _is_prefix(spec):
             continue
         col = _block_column(core, spec.name)
@@ -163,7 +164,7 @@ def _point_kept(core: Core, block_id: int) -> bool:
 
 def _lcm_tokens(core: Core) -> int:
     lcm = core.block_tokens
-    for spec in core.layout.pools:
+    for spec in managed_pools(core.layout, core.config):
         if _is_prefix(spec):
             lcm = math.lcm(lcm, spec.tokens_per_page)
     return lcm

@@ -77,7 +77,7 @@ from hkv_core.manager import (
     UnknownRequest,
     check_invariants,
 )
-from hkv_core.manager.lanes import ROLE_OF
+from hkv_core.manager.lanes import ROLE_OF, managed_pools
 from hkv_core.plan import Completion, CopyPages, Plan
 
 VOCAB_TOKENS = 1000  # token ids drawn in [0, VOCAB_TOKENS)
@@ -204,10 +204,11 @@ class ManagerMachine(RuleBasedStateMachine):
         self.committed: dict[int, Committed] = {}
         self.in_flight: dict[int, tuple[int, Plan]] = {}  # plan id -> (request, plan)
         self.pool_pages = {b.name: b.pages for b in self.manager.bindings()}  # NULL page included
-        roles = {p.name: ROLE_OF[(p.object_kind, p.entry_kind)] for p in self.layout.pools}
-        self.entries_per_page = {p.name: p.entries_per_page for p in self.layout.pools}
+        managed = managed_pools(self.layout, self.config)
+        roles = {p.name: ROLE_OF[(p.object_kind, p.entry_kind)] for p in managed}
+        self.entries_per_page = {p.name: p.entries_per_page for p in managed}
         self.window_pools = {n for n, r in roles.items() if r is PoolRole.WINDOW}
-        prefix = [p for p in self.layout.pools if roles[p.name] is PoolRole.PREFIX]
+        prefix = [p for p in managed if roles[p.name] is PoolRole.PREFIX]
         self.prefix = [PrefixGeometry(tokens_per_page=p.tokens_per_page, ratio=max(1, p.compress_ratio),
                                       entries_per_page=p.entries_per_page) for p in prefix]
         self.prefix_page_tokens = [p.tokens_per_page for p in prefix]
