@@ -165,6 +165,7 @@ def result_dict(result: CheckResult, config: CheckConfig) -> dict[str, Any]:
         "truncated": result.truncated,
         "seconds": round(result.seconds, 3),
         "bound": attrs.asdict(config),
+        "events_fired": list(result.events_fired),
     }
 
 
@@ -177,6 +178,7 @@ def _print_table(result: CheckResult, config: CheckConfig) -> None:
                         ("transitions explored", result.transitions_explored),
                         ("invariant evaluations", result.invariants_checked),
                         ("invariants", len(result.invariant_names)),
+                        ("events fired", len(result.events_fired)),
                         ("violations", len(result.violations)),
                         ("seconds", f"{result.seconds:.1f}")]:
         table.add_row(name, f"{value:,}" if isinstance(value, int) else str(value))

@@ -59,6 +59,7 @@ class CheckResult:
     violations: tuple[Violation, ...]
     truncated: bool  # the state cap (config.max_states) stopped the search: worlds within the bound went unexplored
     seconds: float
+    events_fired: tuple[str, ...] = ()  # every event some explored transition fired (lease operations included)
 
 
 def _needs_actor(edge: Compiled) -> bool:
@@ -221,7 +222,7 @@ def check(spec: LifecycleSpec, config: CheckConfig | None = None,
     queue = deque((seed, 0) for seed in seeds)
     depth_of = {seed: 0 for seed in seeds}
     found: dict[str, Violation] = {}
-    transitions, truncated = 0, False
+    transitions, truncated, heads = 0, False, set[str]()
     while queue:
         world, depth = queue.popleft()
         broken = [(n, msg) for n, fn in checks if (msg := fn(topo, world)) is not None]
@@ -232,6 +233,7 @@ def check(spec: LifecycleSpec, config: CheckConfig | None = None,
             continue  # once truncated, the worlds already found are checked but not expanded
         for label, nxt in explorer.successors(world):
             transitions += 1
+            heads.add(label[0])
             if nxt in depth_of:
                 continue
             if len(depth_of) >= topo.config.max_states:
@@ -245,7 +247,8 @@ def check(spec: LifecycleSpec, config: CheckConfig | None = None,
     return CheckResult(states_explored=len(depth_of), transitions_explored=transitions,
                        invariants_checked=len(depth_of) * len(checks), invariant_names=names,
                        violations=tuple(found.values()), truncated=truncated,
-                       seconds=time.perf_counter() - started)
+                       seconds=time.perf_counter() - started,
+                       events_fired=tuple(sorted({head.partition("(")[0] for head in heads})))
 
 
 def _trace(parent: Parents, world: World) -> tuple[str, ...]:

@@ -3,7 +3,8 @@
 Breadth-first over sequences of public API calls (add a request for one of a
 few prompts sharing a prefix, match + acquire, acquire a hit that went stale,
 allocate a chunk or the rest of the prompt, complete its copy plan (or report
-it failed), commit, release, evict) up to `max_depth` calls, on a tiny layout
+it failed), commit, propose a speculative step then accept some of its drafts
+or reject it, release, evict) up to `max_depth` calls, on a tiny layout
 with small pools, starting from a manager whose index already holds the
 `seeded` prompts (computed and released), so that paths that need a populated
 index - a request re-recording a kept point and losing it to eviction (window
@@ -54,6 +55,7 @@ class ImplCheckConfig:
     max_depth: int = 6
     retain_every_blocks: int = 1
     chunk_tokens: tuple[int, ...] = (4, 8)
+    draft_tokens: tuple[int, ...] = (3,)  # draft lengths of the speculative steps proposed
     seeded: tuple[int, ...] = (0,)  # prompts computed and released before the search starts
     stop_on_violation: bool = False  # end the search at the first violation (broken-variant tests)
     max_states: int = MAX_STATES  # at the cap the search stops growing and the result says truncated
@@ -103,7 +105,13 @@ def actions(config: ImplCheckConfig, m: CacheManager) -> Iterator[tuple[str, Act
         if len(core.requests) < config.max_requests:
             yield f"add(prompt{i})", functools.partial(_add, tokens=tokens)
     for req in core.requests.live():
+        if req.draft is not None:
+            yield from _step_actions(req.rid, len(req.draft.tokens))
+            continue
         yield from _request_actions(config, req.rid, req.acquired, req.allocated, req.computed, len(req.tokens))
+        if req.acquired and req.allocated == req.computed:
+            for k in config.draft_tokens:
+                yield f"propose(r{req.rid}, {k})", functools.partial(_propose, rid=req.rid, k=k)
     for plan_id in sorted(core.plans):
         yield f"complete(plan{plan_id})", functools.partial(_complete, plan_id=plan_id, ok=True)
         yield f"complete(plan{plan_id}, failed)", functools.partial(_complete, plan_id=plan_id, ok=False)
@@ -124,6 +132,23 @@ def _request_actions(config: ImplCheckConfig, rid: int, acquired: bool, allocate
     if allocated > computed:
         yield f"commit(r{rid})", lambda m: m.commit(rid, allocated - computed)
     yield f"release(r{rid})", lambda m: m.release(rid)
+
+
+def _step_actions(rid: int, k: int) -> Iterator[tuple[str, Action]]:
+    """A speculative step in flight: accept none, one or all of its drafts, or reject it."""
+    for n in sorted({0, 1, k}):
+        yield f"accept(r{rid}, {n})", functools.partial(_accept, rid=rid, n=n)
+    yield f"reject(r{rid})", lambda m: m.reject(rid)
+    yield f"release(r{rid})", lambda m: m.release(rid)
+
+
+def _propose(m: CacheManager, rid: int, k: int) -> None:
+    _, _, known = m.request_tokens(rid)
+    m.propose(rid, (np.arange(known, known + k) * 5 + 1) % 60)
+
+
+def _accept(m: CacheManager, rid: int, n: int) -> None:
+    m.accept(rid, n)
 
 
 def _add(m: CacheManager, tokens: np.ndarray) -> None:

@@ -35,7 +35,7 @@ def add_request(core: Core, tokens: ArrayLike, extra: ExtraKeys) -> int:
         raise AdmissionRejected(cap="requests in flight", limit=core.config.max_requests,
                                 needed=len(core.requests) + 1, detail="wait for a release")
     array = as_token_array(tokens)
-    _check_length(core, array.shape[0] if array.ndim else 1)
+    check_length(core, array.shape[0] if array.ndim else 1)
     keys = core.hasher.hash_blocks(array, extra)  # validates the token array first (InvalidTokens)
     if not len(array):
         raise InvalidTokens("a prompt needs at least one token (a request computes at least one)",
@@ -49,7 +49,7 @@ def add_request(core: Core, tokens: ArrayLike, extra: ExtraKeys) -> int:
 def append_tokens(core: Core, req: RequestState, tokens: ArrayLike) -> None:
     """Extend a request (decode); new complete blocks get keys chained to the last one."""
     more = checked_tokens(as_token_array(tokens)).astype(np.int64)  # InvalidTokens before anything changes
-    _check_length(core, len(req.tokens) + len(more))
+    check_length(core, len(req.tokens) + len(more))
     done = len(req.keys) * core.block_tokens
     if len(req.tokens) + len(more) - done < core.block_tokens:  # no block completes: no key to compute
         req.extend(more, req.keys[:0])
@@ -60,7 +60,7 @@ def append_tokens(core: Core, req: RequestState, tokens: ArrayLike) -> None:
     req.extend(more, keys)
 
 
-def _check_length(core: Core, tokens: int) -> None:
+def check_length(core: Core, tokens: int) -> None:
     if tokens > core.config.max_request_tokens:
         raise AdmissionRejected(cap="tokens per request", limit=core.config.max_request_tokens, needed=tokens,
                                 detail="raise ManagerConfig.max_request_tokens")

@@ -45,15 +45,19 @@ def fits(core: Core, pages: list[int], blocks: int, points: int) -> bool:
             and (not points or core.index.points.available() >= points))
 
 
-def allocate(core: Core, req: RequestState, num_tokens: int) -> Allocation:
-    """Pages for tokens [allocated, allocated + n); a request that never acquired starts at 0."""
-    start, end = req.allocated, req.allocated + num_tokens
-    demands, blocks, points, boundaries = needs(core, req, start, end)
-    pages = [d[0] for d in demands]
+def make_room(core: Core, pages: list[int], blocks: int, points: int) -> None:
+    """Evict until the free pages and rows cover the need; OutOfPages (nothing evicted) when eviction cannot."""
     if not fits(core, pages, blocks, points):
         evictable = evict.evict_for(core, pages, blocks, points)
         if evictable is not None:
             raise _short(core, pages, blocks, points, evictable)
+
+
+def allocate(core: Core, req: RequestState, num_tokens: int) -> Allocation:
+    """Pages for tokens [allocated, allocated + n); a request that never acquired starts at 0."""
+    start, end = req.allocated, req.allocated + num_tokens
+    demands, blocks, points, boundaries = needs(core, req, start, end)
+    make_room(core, [d[0] for d in demands], blocks, points)
     got = core.objects.reserve(demands, req.slot)
     out = Builder()
     for role in core.roles:

@@ -80,6 +80,11 @@ class IdList:
     def clear(self) -> None:
         self._len = 0
 
+    def truncate(self, length: int) -> None:
+        """Keep the first `length` ids."""
+        assert 0 <= length <= self._len, (length, self._len)
+        self._len = length
+
     def copy(self) -> IdList:
         return IdList(self.view(), self._data.dtype.type)
 

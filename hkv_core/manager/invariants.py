@@ -97,9 +97,38 @@ def lease_covers_object_set(core: Core) -> list[str]:
 
 
 def draft_isolation(core: Core) -> list[str]:
+    """DRAFT objects are private to the step that reserved them (and exactly its objects), and nothing past a
+    request's verified tokens has a key, a chained block or a pending point (docs/drafts.md)."""
     o = core.objects
-    bad = np.flatnonzero(_in(o, (State.DRAFT,)) & ((o.holders > 0) | (o.leases > 0) | (o.owner < 0)))
-    return [f"{_name(o, b)} is a DRAFT that is indexed, pinned or ownerless" for b in bad]
+    draft = _in(o, (State.DRAFT,))
+    bad = np.flatnonzero(draft & ((o.holders > 0) | (o.leases > 0) | (o.owner < 0)))
+    out = [f"{_name(o, b)} is a DRAFT that is indexed, pinned or ownerless" for b in bad]
+    listed = set[int]()
+    for req in core.requests.live():
+        step = req.draft
+        mine = step.objects(req.tables) if step is not None else []
+        listed.update(mine)
+        if any(not draft[b] or o.owner[b] != req.slot for b in mine):
+            out.append(f"request {req.rid}: its speculative step lists an object that is not its DRAFT")
+        out += _verified_only(core, req)
+    if listed != set(np.flatnonzero(draft).tolist()):
+        out.append("the DRAFT objects are not exactly those the speculative steps in flight list")
+    return out
+
+
+def _verified_only(core: Core, req: RequestState) -> list[str]:
+    """Keys, chain and pending points of a request cover verified tokens only; a step starts at the verified
+    watermark and at the committed one."""
+    bt, out = core.block_tokens, []
+    if len(req.keys) != len(req.tokens) // bt:
+        out.append(f"request {req.rid}: {len(req.keys)} block keys over {len(req.tokens)} verified tokens")
+    if len(req.chain) * bt > req.computed or any(p > len(req.tokens) for p in req.pending_points):
+        out.append(f"request {req.rid}: a chained block or a pending point lies past its verified tokens")
+    step = req.draft
+    if step is not None and (step.verified != len(req.tokens) or step.start != req.computed):
+        out.append(f"request {req.rid}: its step starts at {step.start} / verified {step.verified}, not at "
+                   f"{req.computed} committed / {len(req.tokens)} verified")
+    return out
 
 
 def publish_only_when_complete(core: Core) -> list[str]:
@@ -150,6 +179,8 @@ def _listed(core: Core, req: RequestState) -> set[int]:
         found.update(objs[(objs != NULL_OBJECT) & (o.owner[objs] == req.slot)].tolist())
     for snaps in req.snapshots.values():
         found.update(b for b in snaps if o.owner[b] == req.slot)
+    if req.draft is not None:
+        found.update(req.draft.objects(req.tables))
     return found
 
 
@@ -187,9 +218,14 @@ def _rows_accounted(core: Core) -> list[str]:
                 or len(free) + len(live) != table.capacity:
             out.append(f"{name} rows: free rows and entries do not partition the table")
     reqs = core.requests.live()
-    if core.index.blocks.reserved != sum(r.block_rows for r in reqs) or \
-            core.index.points.reserved != sum(r.point_rows for r in reqs):
+    steps = [r.draft for r in reqs if r.draft is not None]
+    if core.index.blocks.reserved != sum(r.block_rows for r in reqs) + sum(d.blocks for d in steps) or \
+            core.index.points.reserved != sum(r.point_rows for r in reqs) + sum(d.points for d in steps):
         out.append("index rows reserved do not match what requests in flight reserved")
+    out += [f"request {r.rid} reserves {r.block_rows} block / {r.point_rows} point rows, not the "
+            f"{r.allocated // core.block_tokens - len(r.chain)} / {len(r.pending_points)} its allocated tokens use"
+            for r in reqs if r.block_rows != r.allocated // core.block_tokens - len(r.chain)
+            or r.point_rows != len(r.pending_points)]  # F15: nothing reserved beyond what a request can use
     if core.index.keys.count != len(_live(core.index.blocks.state, core.index.blocks.s_free)):
         out.append("the key table and the block table hold different numbers of blocks")
     return out

@@ -24,7 +24,7 @@ from typing import ParamSpec, TypeVar
 import numpy as np
 from numpy.typing import ArrayLike
 
-from hkv_core.block_keys import ExtraKeys
+from hkv_core.block_keys import ExtraKeys, checked_tokens
 from hkv_core.errors import (
     CacheBusy,
     ConfigError,
@@ -39,13 +39,13 @@ from hkv_core.errors import (
 from hkv_core.events import KVEvent
 from hkv_core.executor import PoolBinding
 from hkv_core.layout import Layout
-from hkv_core.manager import acquire, admit, allocate, commit, evict, match, release, views
+from hkv_core.manager import acquire, admit, allocate, commit, draft, evict, match, release, views
 from hkv_core.manager.config import ManagerConfig
 from hkv_core.manager.core import Core
 from hkv_core.manager.invariants import check_invariants
 from hkv_core.manager.lanes import managed_pools
 from hkv_core.manager.records import Allocation, Hit
-from hkv_core.manager.requests import RequestState
+from hkv_core.manager.requests import DraftState, RequestState
 from hkv_core.plan import Completion, Plan
 from hkv_core.spec.names import Event
 from hkv_core.units import as_count
@@ -119,8 +119,10 @@ class CacheManager:
 
     @_locked
     def append_tokens(self, rid: int, tokens: ArrayLike) -> None:
-        """Extend a request (decode): new complete blocks get chained keys."""
-        admit.append_tokens(self.core, self._request(rid, "append_tokens"), tokens)
+        """Extend a request (decode) with verified tokens: new complete blocks get chained keys."""
+        req = self._request(rid, "append_tokens")
+        self._no_draft(req, "append_tokens")
+        admit.append_tokens(self.core, req, tokens)
 
     @_locked
     def match(self, rid: int) -> Hit:
@@ -153,6 +155,7 @@ class CacheManager:
         """True when `allocate(rid, num_tokens)` would succeed without evicting; a count `allocate` would refuse
         raises the same InvalidRequestArgument (checked in O(1), before anything is counted)."""
         req = self._request(rid, "can_allocate")
+        self._no_draft(req, "can_allocate")
         count = self._count(req, "can_allocate", num_tokens, len(req.tokens) - req.allocated)
         demands, blocks, points, _ = allocate.needs(self.core, req, req.allocated, req.allocated + count)
         return allocate.fits(self.core, [d[0] for d in demands], blocks, points)
@@ -161,6 +164,7 @@ class CacheManager:
     def allocate(self, rid: int, num_tokens: int) -> Allocation:
         """Pages, slot mappings and the copy plan for the next tokens; OutOfPages leaves everything as it was."""
         req = self._request(rid, "allocate")
+        self._no_draft(req, "allocate")
         count = self._count(req, "allocate", num_tokens, len(req.tokens) - req.allocated)
         return allocate.allocate(self.core, req, count)
 
@@ -168,6 +172,7 @@ class CacheManager:
     def commit(self, rid: int, num_tokens: int) -> None:
         """The engine wrote `num_tokens` more tokens: publish what became complete."""
         req = self._request(rid, "commit")
+        self._no_draft(req, "commit")
         count = self._count(req, "commit", num_tokens, req.allocated - req.computed)
         self._no_plans(req, "commit")
         commit.commit(self.core, req, count)
@@ -177,7 +182,55 @@ class CacheManager:
         """End the request: keep what the index can use, unpin, free its private pages, forget it."""
         req = self._request(rid, "release")
         self._no_plans(req, "release")
+        if req.draft is not None:
+            draft.settle(self.core, req, req.draft.start)
         release.release(self.core, req)
+
+    # ------------------------------------------------------------------ speculative steps (docs/drafts.md)
+
+    @_locked
+    def propose(self, rid: int, draft_tokens: ArrayLike) -> Allocation:
+        """Reserve a speculative step: the verified tokens not yet computed, then `draft_tokens` (unverified:
+        no key, block, resume point or event covers them until `accept`).  The Allocation says where the step
+        writes (`draft_tails` for the compressor tails); OutOfPages leaves everything as it was.
+
+        InvalidRequestState unless the request computed a token since its hit, has no tokens allocated and
+        uncommitted, no plan in flight and no step in flight; InvalidTokens / InvalidRequestArgument for bad
+        or no draft tokens; AdmissionRejected past `max_request_tokens`."""
+        req = self._request(rid, "propose")
+        self._no_draft(req, "propose")
+        self._no_plans(req, "propose")
+        if not req.acquired or req.computed <= req.hit_tokens or req.allocated != req.computed:
+            raise InvalidRequestState(request_id=rid, action="propose",
+                                      reason=f"a step starts after a committed token: {req.computed} committed "
+                                             f"(hit {req.hit_tokens}), {req.allocated} allocated")
+        tokens = checked_tokens(admit.as_token_array(draft_tokens)).astype(np.int64)
+        if not tokens.size:
+            raise InvalidRequestArgument(request_id=rid, action="propose", argument="draft_tokens",
+                                         value=draft_tokens, reason="a step proposes at least one draft token")
+        admit.check_length(self.core, len(req.tokens) + len(tokens))
+        return draft.propose(self.core, req, tokens)
+
+    @_locked
+    def accept(self, rid: int, num_accepted: int) -> None:
+        """The target verified the first `num_accepted` draft tokens (0 <= num_accepted <= k): they join the
+        request's tokens; the step's state past them is freed, the rest becomes the request's own, exactly as
+        if it had allocated those tokens.  Commit them next (`commit(rid, n)`, n = what `request_tokens`
+        shows allocated and not committed)."""
+        req = self._request(rid, "accept")
+        step = self._draft(req, "accept")
+        count = num_accepted
+        if isinstance(count, bool) or not isinstance(count, int | np.integer) or not 0 <= count <= len(step.tokens):
+            raise InvalidRequestArgument(request_id=rid, action="accept", argument="num_accepted", value=count,
+                                         reason=f"must be an integer in [0, {len(step.tokens)}] (the draft tokens)")
+        draft.settle(self.core, req, step.verified + int(count))
+
+    @_locked
+    def reject(self, rid: int) -> None:
+        """Drop the step entirely: the request is exactly as before `propose` (its verified tokens stay known,
+        not allocated)."""
+        req = self._request(rid, "reject")
+        draft.settle(self.core, req, self._draft(req, "reject").start)
 
     @_locked
     def evict(self, max_units: int | None = None) -> int:
@@ -339,11 +392,21 @@ class CacheManager:
                                          reason=f"{bound} ({now})")
         return count
 
+    def _no_draft(self, req: RequestState, action: str) -> None:
+        if req.draft is not None:
+            raise InvalidRequestState(request_id=req.rid, action=action,
+                                      reason="a speculative step is in flight: accept or reject it first")
+
+    def _draft(self, req: RequestState, action: str) -> DraftState:
+        if req.draft is None:
+            raise InvalidRequestState(request_id=req.rid, action=action, reason="no speculative step in flight")
+        return req.draft
+
     def _no_plans(self, req: RequestState, action: str) -> None:
         if req.plans:
             raise InvalidRequestState(request_id=req.rid, action=action,
                                       reason=f"copy plans {sorted(req.plans)} are still in flight: complete them first")
-        if req.failed_plan >= 0 and action == "commit":
+        if req.failed_plan >= 0 and action in ("commit", "propose"):
             raise InvalidRequestState(request_id=req.rid, action=action,
                                       reason=f"copy plan {req.failed_plan} failed: release the request and retry")
 

@@ -47,7 +47,8 @@ NULL_OBJECT = 0
 NO_OWNER = -1
 Index = NDArray[np.intp]
 EMPTY = np.zeros(0, np.intp)
-FIRED = (Event.RESERVE, Event.ABORT, Event.PIN, Event.UNPIN, Event.HOLD, Event.UNHOLD, Event.EVICT)  # on every pool
+FIRED = (Event.RESERVE, Event.ABORT, Event.PIN, Event.UNPIN, Event.HOLD, Event.UNHOLD, Event.EVICT,  # on every pool
+         Event.RESERVE_DRAFT, Event.ACCEPT, Event.REJECT)
 # (each role adds its own: Role.FIRES)
 
 
@@ -255,9 +256,11 @@ class PagePools:
         self.runs = (objs, runs)
         return runs
 
-    def reserve(self, demands: list[tuple[int, NDArray[np.int64], NDArray[np.int64]]], actor: int) -> list[Index]:
+    def reserve(self, demands: list[tuple[int, NDArray[np.int64], NDArray[np.int64]]], actor: int,
+                event: Event = Event.RESERVE) -> list[Index]:
         """Per pool (count, row tokens, full tokens): that many FREE objects owned by `actor`, each placed in
-        a free page (guard slot_available reads the pools' free pages; IllegalTransition, nothing taken)."""
+        a free page (guard slot_available reads the pools' free pages; IllegalTransition, nothing taken);
+        `event` RESERVE (RESERVED objects) or RESERVE_DRAFT (DRAFT objects of a speculative step)."""
         parts, taken = [EMPTY] * len(self.pools), []
         for pool, (n, rows, fulls) in zip(self.pools, demands, strict=True):
             if n:
@@ -265,7 +268,7 @@ class PagePools:
                 if top < n:  # fewer FREE objects than pages wanted: the pages cannot be free either
                     table = self.codes.tables[self.codes.kinds.index(pool.spec.kind)]
                     raise IllegalTransition(kind=table.kind, state=table.states[table.initial],
-                                            event=Event.RESERVE.value, guard="slot_available")
+                                            event=event.value, guard="slot_available")
                 taken.append((pool, n, pool.free_objects[top - n:top][::-1], rows, fulls))
         if not taken:
             return parts
@@ -277,7 +280,7 @@ class PagePools:
             runs.append((pool, part))
         self.runs = (objs, runs)  # known already: no split by pool
         try:
-            self.step(objs, Event.RESERVE, actor)
+            self.step(objs, event, actor)
         finally:
             self.runs = None
         for pool, n, _, _, _ in taken:

@@ -81,6 +81,12 @@ class Allocation:
       per completed compressed entry).
     - `tail_pages[pool]`: the request's working compressor-tail page.
     - `snapshots[P][pool]`: the page to copy the tail rows into at boundary P.
+    - `draft_tails[E][pool]` (speculative steps only, `CacheManager.propose`):
+      the page that must hold the compressor tail at E, rows
+      [0, tail_rows(E)), for every end E the step may be accepted at; the
+      working tail (`tail_pages`) is read at `start_tokens`, never written.
+      `draft_tokens`: how many of the `num_tokens` are unverified drafts (the
+      last ones).
     - `plan`: the copies to run before the forward pass (copy-on-write of a
       partial prefix page, seeding the working tail from the hit's
       snapshot), issued with a plan id; None when there is nothing to copy.
@@ -100,6 +106,8 @@ class Allocation:
     tail_pages: dict[str, int]
     snapshots: dict[int, dict[str, int]]
     plan: Plan | None = None
+    draft_tails: dict[int, dict[str, int]] = attrs.field(factory=dict)
+    draft_tokens: int = 0
 
     @property
     def copies(self) -> tuple[CopyPages, ...]:

@@ -109,6 +109,11 @@ class Table:
         self.objs[index] = obj
         self.pages[index] = page
 
+    def truncate(self, length: int) -> None:
+        """Keep the first `length` entries (a speculative step's pages that were not accepted go)."""
+        self.objs.truncate(length)
+        self.pages.truncate(length)
+
     def clear(self, lo: int, hi: int) -> None:
         """Entries [lo, hi) released: NULL object and page."""
         self.objs[lo:hi] = 0
@@ -118,6 +123,48 @@ class Table:
         twin = Table.__new__(Table)
         twin.objs, twin.pages = self.objs.copy(), self.pages.copy()
         return twin
+
+
+@attrs.define(kw_only=True)
+class DraftState:
+    """A speculative step in flight: tokens [start, verified) are verified, `tokens` follow them unverified.
+
+    Everything the step reserved is DRAFT, owned by the request and out of
+    the index's sight: `table_lens[pool]` is each table's length before the
+    step (window and prefix pages it added come after), `segments[pool]` the
+    tail pages (one per range of accepted lengths with the same tail rows:
+    `(last accepted end of each, its object)`), `snapshots[pool]` one page per
+    retained boundary of the step (`boundaries`), `blocks` / `points` the
+    index rows it reserved.  The request's working tail is never written by
+    a step: it stays the checkpoint a rejection returns to.
+    """
+
+    start: int
+    verified: int
+    tokens: NDArray[np.int64]
+    table_lens: list[int]
+    segments: dict[int, list[tuple[int, int]]]
+    snapshots: dict[int, list[int]]
+    boundaries: list[int]
+    blocks: int
+    points: int
+
+    @property
+    def end(self) -> int:
+        """The speculative watermark: verified tokens and the draft's."""
+        return self.verified + len(self.tokens)
+
+    def objects(self, tables: list[Table]) -> list[int]:
+        """Every DRAFT object of the step (table pages it added, tail segments, snapshot pages)."""
+        found = [obj for pool, n in enumerate(self.table_lens) for obj in tables[pool].objs[n:].tolist()]
+        found += [obj for segs in self.segments.values() for _, obj in segs]
+        return found + [obj for snaps in self.snapshots.values() for obj in snaps]
+
+    def clone(self) -> DraftState:
+        return attrs.evolve(self, table_lens=list(self.table_lens),
+                            segments={p: list(s) for p, s in self.segments.items()},
+                            snapshots={p: list(s) for p, s in self.snapshots.items()},
+                            boundaries=list(self.boundaries))
 
 
 @attrs.define(kw_only=True)
@@ -150,6 +197,7 @@ class RequestState:
     # (page-pool generation, the Hit, its blocks, its point, its objects per pool)
     token_room: NDArray[np.int64] | None = None  # `tokens` is a prefix view of it while decoding
     key_room: NDArray[np.uint64] | None = None  # `keys` likewise
+    draft: DraftState | None = None  # a speculative step between propose and accept / reject
 
     def __attrs_post_init__(self) -> None:
         if not self.tables:
@@ -168,7 +216,8 @@ class RequestState:
                             pins=self.pins.copy(), window_floor=list(self.window_floor),
                             pending_points=list(self.pending_points),
                             snapshots={p: list(o) for p, o in self.snapshots.items()},
-                            tail_sources=dict(self.tail_sources), plans=set(self.plans))
+                            tail_sources=dict(self.tail_sources), plans=set(self.plans),
+                            draft=self.draft.clone() if self.draft is not None else None)
 
 
 class RequestTable:

@@ -112,6 +112,9 @@ class Event(StrEnum):
     """Every event the code fires."""
 
     RESERVE = "reserve"
+    RESERVE_DRAFT = "reserve_draft"
+    ACCEPT = "accept"
+    REJECT = "reject"
     FILL = "fill"
     COPY_DONE = "copy_done"
     COPY_FAIL = "copy_fail"

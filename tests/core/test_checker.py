@@ -32,6 +32,12 @@ def test_default_bound_is_clean_and_large() -> None:
     assert result.violations == ()
 
 
+def test_default_bound_fires_every_draft_event() -> None:
+    """reserve_draft, writes into a draft, accept and reject are explored like every other event."""
+    fired = set(check(load_lifecycle(), _cfg(requests=1, max_depth=4)).events_fired)
+    assert {"reserve_draft", "write", "accept", "reject"} <= fired, sorted(fired)
+
+
 def test_lease_events_are_split_by_their_effects() -> None:
     topo = Explorer(load_lifecycle(), CheckConfig()).topo
     assert topo.acquiring_events == ("pin", "publish_pinned")
@@ -69,6 +75,9 @@ DRAFT = '{ source = "FREE", event = "reserve_draft", dest = "DRAFT", guards = ["
         'effects = ["take_slot", "set_owner"] },'
 WRITE = '{ sources = ["RESERVED", "DRAFT"], event = "write", dest = "=", guards = ["is_owner", ' \
         '"rows_not_full"], effects = ["append_row"] },'
+ACCEPT = '{ source = "DRAFT", event = "accept", dest = "RESERVED", guards = ["is_owner"], effects = [] },'
+REJECT = 'event = "reject", dest = "FREE", guards = ["is_owner"], effects = ["clear_rows", "clear_owner", ' \
+         '"free_slot", "bump_version"]'
 DELETE_GUARDS = 'guards = ["unpinned", "no_disk_dependents"]'
 EVICT = 'event = "evict", dest = "FREE", guards = ["unpinned", "unheld"]'
 BLOCK_DROP = 'guards = ["no_children", "not_chain_tail", "no_point"], effects = ["drop_references", '
@@ -99,6 +108,11 @@ BROKEN = [
            "guards = [], ", "lease_covers_object_set", SMALL),
     Broken("lease a draft", DRAFT, DRAFT + '\n  { source = "DRAFT", event = "pin", dest = "=", guards = [], '
            'effects = ["add_lease"] },', "draft_isolation", DEEP, count=4),
+    Broken("accept publishes a draft", ACCEPT, '{ source = "DRAFT", event = "accept", dest = "PUBLISHED", '
+           'guards = [], effects = ["clear_owner", "freeze_content"] },', "publish_only_when_complete", SMALL,
+           count=4),
+    Broken("reject keeps its owner", REJECT, REJECT.replace('"clear_owner", ', ""), "slot_single_owner", SMALL,
+           count=4),
     Broken("write_done before all rows", 'event = "write_done", dest = "READY", guards = ["is_owner", "rows_full"]',
            'event = "write_done", dest = "READY", guards = ["is_owner"]', "publish_only_when_complete", SMALL),
     Broken("seal an empty object", 'event = "seal", dest = "READY", guards = ["is_owner", "has_rows"], '

@@ -34,7 +34,9 @@ UNREACHABLE_ON_TINY_CSA = {"compressed_kv.copy_done", "compressed_kv.copy_fail",
                            "compressed_kv.publish", "compressed_kv.seal"}
 MUST_REACH = {"swa_window.retire", "swa_window.reclaim", "indexer_state.seal", "indexer_state.publish",
               "compressor_tail.copy_done", "compressor_tail.copy_fail", "resume_point.keep", "resume_point.drop",
-              "block.index", "block.attach", "block.drop", "swa_window.evict", "compressed_kv.evict"}
+              "block.index", "block.attach", "block.drop", "swa_window.evict", "compressed_kv.evict",
+              *(f"{kind}.{event}" for kind in ("compressed_kv", "compressor_tail", "swa_window", "indexer_state")
+                for event in ("reserve_draft", "accept", "reject"))}
 
 
 def test_default_bound_explores_10000_states_cleanly_and_reaches_every_reachable_step() -> None:

@@ -26,7 +26,7 @@ from hkv_core.manager.config import ManagerConfig
 from hkv_core.manager.index import PrefixIndex
 from hkv_core.manager.index.blocks import Attach
 from hkv_core.manager.page_pools import PagePools, PoolSlots
-from hkv_core.manager.requests import RequestState, RequestTable
+from hkv_core.manager.requests import DraftState, RequestState, RequestTable
 from hkv_core.plan import CopyPages
 from hkv_core.spec.names import Event
 
@@ -64,6 +64,7 @@ class Builder:
     slots: dict[str, NDArray[np.int64]] = attrs.field(factory=dict)
     tail_pages: dict[str, int] = attrs.field(factory=dict)
     snapshots: dict[int, dict[str, int]] = attrs.field(factory=dict)
+    draft_tails: dict[int, dict[str, int]] = attrs.field(factory=dict)  # accepted end E -> page of the tail at E
     copies: list[CopyPages] = attrs.field(factory=list)
     fills: list[int] = attrs.field(factory=list)  # objects the copies write (FILLING until completed)
 
@@ -138,6 +139,29 @@ class Role:
     def place(self, req: RequestState, start: int, end: int, boundaries: list[int], got: list[Index],
               out: Builder) -> None:
         """Put the objects reserved for `demands` (per pool) in the request's tables; say where tokens go."""
+
+    # ---------------------------------------------------------- speculative steps (draft.py)
+
+    def draft_demands(self, req: RequestState, start: int, end: int, boundaries: list[int]) -> list[Demand]:
+        """Per pool: the DRAFT objects a speculative step over tokens [start, end) needs (by default what an
+        allocation of those tokens needs: the pages past the request's table, written in place)."""
+        return self.demands(req, start, end, [])
+
+    def draft_place(self, req: RequestState, start: int, end: int, boundaries: list[int], got: list[Index],
+                    out: Builder, draft: DraftState) -> None:
+        """Put the step's DRAFT objects where it writes (by default appended to the request's tables)."""
+        self.place(req, start, end, [], got, out)
+
+    def settle_draft(self, req: RequestState, draft: DraftState, end: int, moves: Moves) -> None:
+        """Tokens [draft.start, end) stay: ACCEPT the step's objects they use, REJECT the others (by default
+        the table pages past those covering [0, end), which leave the table)."""
+        for pool in self.pools:
+            table, before = req.tables[pool.index], draft.table_lens[pool.index]
+            keep = max(before, -(-end // pool.spec.tokens_per_page))  # pages covering tokens [0, end)
+            added = table.objs[before:].astype(np.intp)
+            moves.add(Event.ACCEPT, added[:keep - before])
+            moves.add(Event.REJECT, added[keep - before:])
+            table.truncate(min(keep, len(table)))
 
     # ---------------------------------------------------------- commit / release
 

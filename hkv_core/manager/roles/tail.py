@@ -13,7 +13,7 @@ from numpy.typing import NDArray
 
 from hkv_core.manager.index import NO_POINT
 from hkv_core.manager.page_pools import NULL_OBJECT, PoolSlots
-from hkv_core.manager.requests import RequestState
+from hkv_core.manager.requests import DraftState, RequestState
 from hkv_core.manager.roles.base import (
     MISSING_CODE,
     NEVER_FULL,
@@ -28,7 +28,7 @@ from hkv_core.manager.roles.base import (
 )
 from hkv_core.manager.roles.window import point_kept
 from hkv_core.spec.names import Event
-from hkv_core.units import tail_rows
+from hkv_core.units import tail_rows, tail_start_token
 
 
 class TailRole(Role):
@@ -86,6 +86,65 @@ class TailRole(Role):
         if src != NULL_OBJECT:
             rows = [tail_rows(req.hit_tokens, m.compress_ratio) for m in pool.spec.members]
             out.copy(self.objects, pool, src, working, rows)
+
+    # ---------------------------------------------------------- speculative steps
+
+    def segments(self, pool: PoolSlots, req: RequestState, end: int) -> tuple[list[int], list[int]]:
+        """(every end E a step over the request's next tokens up to `end` may be accepted at, the last E of
+        each run of E whose tails start at the same rows in every member pool): one page per run holds the
+        tail at each of its E in rows [0, tail_rows(E))."""
+        ends = list(range(max(len(req.tokens), req.computed + 1), end + 1))
+        starts = [tuple(tail_start_token(e, m.compress_ratio) for m in pool.spec.members) for e in ends]
+        last = [e for i, e in enumerate(ends) if i + 1 == len(ends) or starts[i + 1] != starts[i]]
+        return ends, last
+
+    def draft_demands(self, req: RequestState, start: int, end: int, boundaries: list[int]) -> list[Demand]:
+        out = []
+        for pool in self.pools:
+            tokens = np.array([NEVER_FULL] * len(self.segments(pool, req, end)[1]) + boundaries, np.int64)
+            out.append((len(tokens), tokens, tokens))
+        return out
+
+    def draft_place(self, req: RequestState, start: int, end: int, boundaries: list[int], got: list[Index],
+                    out: Builder, draft: DraftState) -> None:
+        """The step reads the working tail at `start` (never writes it: it is the checkpoint) and writes the
+        tail at every E into its run's page, and the tail at each retained boundary into a snapshot page."""
+        slot = self.objects.slot
+        for pool, objs in zip(self.pools, got, strict=True):
+            ends, last = self.segments(pool, req, end)
+            segs, snaps = objs[:len(last)].tolist(), objs[len(last):].tolist()
+            draft.segments[pool.index] = list(zip(last, segs, strict=True))
+            draft.snapshots[pool.index] = snaps
+            run = 0
+            for e in ends:
+                run += e > last[run]
+                for member in pool.spec.members:
+                    out.draft_tails.setdefault(e, {})[member.name] = int(slot[segs[run]])
+            for b, obj in zip(boundaries, snaps, strict=True):
+                for member in pool.spec.members:
+                    out.snapshots.setdefault(b, {})[member.name] = int(slot[obj])
+            working = int(slot[req.tables[pool.index][0]])
+            for member in pool.spec.members:
+                out.tail_pages[member.name] = working
+
+    def settle_draft(self, req: RequestState, draft: DraftState, end: int, moves: Moves) -> None:
+        """The page holding the tail at `end` becomes the working tail (the old one is given back), unless
+        nothing of the step stays; snapshots of retained boundaries up to `end` join the pending ones."""
+        for pool in self.pools:
+            segs = draft.segments[pool.index]
+            chosen = next((obj for last, obj in segs if end <= last), NULL_OBJECT) if end > draft.start \
+                else NULL_OBJECT
+            if chosen != NULL_OBJECT:
+                table = req.tables[pool.index]
+                moves.add(Event.ACCEPT, np.array([chosen], np.intp))
+                moves.add(Event.ABORT, np.array([table[0]], np.intp))
+                table.put(0, chosen, int(self.objects.slot[chosen]))
+            moves.add(Event.REJECT, np.array([obj for _, obj in segs if obj != chosen], np.intp))
+            snaps = draft.snapshots[pool.index]
+            kept = sum(b <= end for b in draft.boundaries)
+            moves.add(Event.ACCEPT, np.array(snaps[:kept], np.intp))
+            moves.add(Event.REJECT, np.array(snaps[kept:], np.intp))
+            req.snapshots.setdefault(pool.index, []).extend(snaps[:kept])
 
     # ---------------------------------------------------------- commit
 
