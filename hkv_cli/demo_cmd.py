@@ -24,6 +24,8 @@ from hkv_core.spec.validation import load_validation
 from hkv_exec_ref.demo import DemoReport, WorkloadConfig, generate_trace, run_demo
 from hkv_exec_ref.demo.chart import write_chart
 from hkv_exec_ref.demo.workload import MAX_REQUESTS, MAX_SEED, write_trace
+from hkv_exec_ref.engine import DraftSpec
+from hkv_exec_ref.engine.speculative import MAX_DRAFT_TOKENS
 from hkv_exec_ref.tiny_v4 import Fault
 
 FAULTS = {f.name.lower(): f for f in Fault if f.name and f is not Fault.NONE}
@@ -43,6 +45,8 @@ UNITS = {
     "pages_moved": "pages copied or loaded by plans",
     "entries_copied": "entries (rows of a pool page) copied by plans",
     "entries_written": "entries written by forward passes",
+    "proposed_tokens": "draft tokens proposed by speculative steps (--draft-k)",
+    "accepted_tokens": "draft tokens the target accepted (greedy verification)",
 }
 
 
@@ -57,8 +61,13 @@ UNITS = {
               help="Folder for the chart (demo_hits.png) and the trace (demo_trace.jsonl); created if missing.")
 @click.option("--fault", type=click.Choice(sorted(FAULTS)), default=None,
               help="Testing: break every resume from the pools this way; the check must then fail (exit 1).")
+@click.option("--draft-k", default=0, show_default=True, type=click.IntRange(0, MAX_DRAFT_TOKENS),
+              help="Decode speculatively with this many draft tokens per step (0: off); outputs must not change.")
+@click.option("--accept-probability", default=0.6, show_default=True, type=click.FloatRange(0.0, 1.0),
+              help="With --draft-k: the chance that each draft token is the target's own choice.")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
-def demo_command(requests: int, seed: int, out_dir: str, fault: str | None, as_json: bool) -> None:
+def demo_command(requests: int, seed: int, out_dir: str, fault: str | None, draft_k: int,
+                 accept_probability: float, as_json: bool) -> None:
     """Serve a multi-turn and agentic workload on tiny V4 through the cache; check every output.
 
     Prints requests, tokens served, tokens from cache per object kind, hit
@@ -74,8 +83,9 @@ def demo_command(requests: int, seed: int, out_dir: str, fault: str | None, as_j
     with Progress(TextColumn("serving"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True, disable=as_json) as bar:
         task = bar.add_task("serving", total=requests)
+        draft = DraftSpec(k=draft_k, accept_probability=accept_probability, seed=seed) if draft_k else None
         report = run_demo(cfg, fault=FAULTS[fault] if fault else Fault.NONE,
-                          progress=lambda done: bar.update(task, completed=done))
+                          progress=lambda done: bar.update(task, completed=done), draft=draft)
     with writing("--out", folder):
         chart = write_chart(report, folder)
     if as_json:
@@ -112,10 +122,20 @@ def _figures(report: DemoReport) -> list[tuple[str, Any, str]]:
              ("entries written by forward passes", report.entries_written, "pool rows the model wrote"),
              ("evicted blocks / resume points", f"{report.evicted_blocks:,} / {report.evicted_points:,}",
               "dropped from the index to make room (small pools on purpose)"),
+             *_draft_rows(report),
              ("exact match with recomputation", f"{report.exact_matches:,}/{report.requests:,}",
               "responses bit-identical to a run without the cache"),
              ("seconds", f"{report.seconds:.1f}", "serving and checking")]
     return rows
+
+
+def _draft_rows(report: DemoReport) -> list[tuple[str, Any, str]]:
+    if not report.draft_k:
+        return []
+    rate = report.accepted_tokens / max(1, report.proposed_tokens)
+    return [(f"draft tokens proposed / accepted (k = {report.draft_k})",
+             f"{report.proposed_tokens:,} / {report.accepted_tokens:,} ({rate:.0%})",
+             "speculative steps: rejected drafts leave no trace in the cache")]
 
 
 _KIND_MEANING = {

@@ -8,12 +8,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hkv_exec_ref.engine import Engine, ServeResult
+    from hkv_exec_ref.engine import DraftSpec, Engine, ServeResult
     from hkv_exec_ref.executor import RefExecutor
 
-__all__ = ["Engine", "RefExecutor", "ServeResult"]
+__all__ = ["DraftSpec", "Engine", "RefExecutor", "ServeResult"]
 
-_HOMES = {"Engine": "hkv_exec_ref.engine", "ServeResult": "hkv_exec_ref.engine",
+_HOMES = {"DraftSpec": "hkv_exec_ref.engine", "Engine": "hkv_exec_ref.engine", "ServeResult": "hkv_exec_ref.engine",
           "RefExecutor": "hkv_exec_ref.executor"}
 
 

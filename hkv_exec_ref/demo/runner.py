@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 
 from hkv_exec_ref.demo.workload import TraceRecord, WorkloadConfig, generate_trace, prompt_tokens
-from hkv_exec_ref.engine import Engine
+from hkv_exec_ref.engine import DraftSpec, Engine
 from hkv_exec_ref.tiny_v4 import Fault
 
 # Device pools small enough that the workload's later sessions evict earlier ones.
@@ -51,6 +51,9 @@ class DemoReport:
     seconds: float
     fault: str
     rows: tuple[RequestRow, ...]
+    draft_k: int = 0  # draft tokens per speculative step (0: no speculation)
+    proposed_tokens: int = 0
+    accepted_tokens: int = 0
 
     @property
     def tokens_served(self) -> int:
@@ -68,30 +71,32 @@ class DemoReport:
         return out
 
 
-def serve_one(engine: Engine, index: int, record: TraceRecord, cfg: WorkloadConfig) -> RequestRow:
+def serve_one(engine: Engine, index: int, record: TraceRecord, cfg: WorkloadConfig,
+              draft: DraftSpec | None = None) -> RequestRow:
     """Serve a trace record through the cache and check it against a full recomputation."""
     prompt = prompt_tokens(record, cfg)
-    served = engine.generate(prompt, record.output_length, cache_salt=None)
+    served = engine.generate(prompt, record.output_length, cache_salt=None, draft=draft)
     return RequestRow(index=index, session=record.session, kind=record.kind, input_length=record.input_length,
                       output_length=record.output_length, cached_tokens=served.cached_tokens,
                       exact=engine.matches_recompute(prompt, served))
 
 
 def run_demo(cfg: WorkloadConfig, *, fault: Fault = Fault.NONE, limits: dict[str, Any] | None = None,
-             progress: Callable[[int], None] | None = None) -> DemoReport:
-    """Serve the workload; `progress(i)` after each request."""
+             progress: Callable[[int], None] | None = None, draft: DraftSpec | None = None) -> DemoReport:
+    """Serve the workload (speculatively with `draft`); `progress(i)` after each request."""
     trace = generate_trace(cfg)
     engine = Engine.tiny(seed=cfg.seed, faults=fault, **{**DEMO_LIMITS, **(limits or {})})
     began = time.perf_counter()
     rows = []
     for i, record in enumerate(trace):
-        rows.append(serve_one(engine, i, record, cfg))
+        rows.append(serve_one(engine, i, record, cfg, draft))
         if progress is not None:
             progress(i + 1)
-    return _report(engine, rows, time.perf_counter() - began, fault)
+    return _report(engine, rows, time.perf_counter() - began, fault, draft)
 
 
-def _report(engine: Engine, rows: list[RequestRow], seconds: float, fault: Fault) -> DemoReport:
+def _report(engine: Engine, rows: list[RequestRow], seconds: float, fault: Fault,
+            draft: DraftSpec | None) -> DemoReport:
     s, tally, core_stats = engine.stats, engine.executor.tally, engine.manager.stats
     validation: dict[str, dict[str, int]] = {}
     for (layer, code), n in sorted(s.reasons.items()):
@@ -103,4 +108,5 @@ def _report(engine: Engine, rows: list[RequestRow], seconds: float, fault: Fault
         entries_written=tally.entries_written, evicted_blocks=core_stats["evicted_blocks"],
         evicted_points=core_stats["evicted_points"], exact_matches=sum(r.exact for r in rows),
         mismatches=tuple(r.index for r in rows if not r.exact), seconds=round(seconds, 3),
-        fault=fault.name or "NONE", rows=tuple(rows))
+        fault=fault.name or "NONE", rows=tuple(rows), draft_k=draft.k if draft else 0,
+        proposed_tokens=s.proposed_tokens, accepted_tokens=s.accepted_tokens)

@@ -6,5 +6,6 @@ runs without it; the exactness oracle compares the two with np.array_equal.
 
 from hkv_exec_ref.engine.engine import Engine, EngineStats
 from hkv_exec_ref.engine.results import ServeResult, cached_by_kind
+from hkv_exec_ref.engine.speculative import DraftSpec
 
-__all__ = ["Engine", "EngineStats", "ServeResult", "cached_by_kind"]
+__all__ = ["DraftSpec", "Engine", "EngineStats", "ServeResult", "cached_by_kind"]

@@ -33,6 +33,7 @@ from hkv_core.manager import Allocation, CacheManager, Hit, ManagerConfig
 from hkv_core.manager.admit import as_token_array
 from hkv_exec_ref.engine import state_io
 from hkv_exec_ref.engine.results import ServeResult, cached_by_kind
+from hkv_exec_ref.engine.speculative import DraftSpec, Proposer, accepted_count
 from hkv_exec_ref.executor import RefExecutor
 from hkv_exec_ref.tiny_v4 import Config, Fault, TinyV4, state_problems
 from hkv_exec_ref.tiny_v4.numerics import F32, I64
@@ -55,6 +56,8 @@ class EngineStats:
     reasons: Counter[tuple[str, str]] = attrs.field(factory=Counter)  # (layer, code)
     forward_passes: int = 0
     evicted_units: int = 0
+    proposed_tokens: int = 0  # draft tokens proposed by speculative steps
+    accepted_tokens: int = 0  # of them, accepted by the target
 
 
 class Engine:
@@ -84,28 +87,36 @@ class Engine:
     # -- serving ----------------------------------------------------------------------------
 
     def generate(self, prompt_tokens: ArrayLike, max_new_tokens: int, *, chunk_tokens: int | None = None,
-                 cache_salt: str | None = None) -> ServeResult:
-        """Serve one request through the cache; the request is released even on errors.  InvalidTokens for a
-        prompt that is empty, not 1-D, not integers or past the vocabulary; InvalidArgument for a negative
-        `max_new_tokens` or a `chunk_tokens` below 1, and for a prompt and `max_new_tokens` the model's positions
-        or the manager's `max_request_tokens` cannot hold (checked before the manager sees the request)."""
+                 cache_salt: str | None = None, draft: DraftSpec | None = None) -> ServeResult:
+        """Serve one request through the cache; the request is released even on errors.  With `draft`, decode
+        speculatively (hkv_exec_ref.engine.speculative): the outputs are the same, the result counts the draft
+        tokens proposed and accepted.  InvalidTokens for a prompt that is empty, not 1-D, not integers or past
+        the vocabulary; InvalidArgument for a negative `max_new_tokens`, a `chunk_tokens` below 1, a `draft`
+        that is not a DraftSpec, and for a prompt and `max_new_tokens` the model's positions or the manager's
+        `max_request_tokens` cannot hold (checked before the manager sees the request)."""
         prompt = _prompt(prompt_tokens, self.config.vocab)
         _count("generate", "max_new_tokens", max_new_tokens, 0)
         self._fits("generate", prompt_tokens, len(prompt), max_new_tokens)
         if chunk_tokens is not None:
             _count("generate", "chunk_tokens", chunk_tokens, 1)
+        if draft is not None and not isinstance(draft, DraftSpec):
+            raise InvalidArgument(action="generate", argument="draft", value=draft,
+                                  reason=f"must be None or a DraftSpec, got {type(draft).__name__}")
+        proposer = self._proposer(draft, prompt, max_new_tokens)
         rid = self.manager.add_request(prompt, cache_salt=cache_salt)
         try:
             hit = self.manager.match(rid)
             self.manager.acquire(rid, hit)
             prompt_logits = self._prefill(rid, prompt, hit.tokens, chunk_tokens or len(prompt))
-            tokens, logits = self._decode(rid, prompt_logits[-1], max_new_tokens)
+            tokens, logits, proposed, accepted = self._decode(rid, prompt_logits[-1], max_new_tokens, proposer)
         finally:
             self.manager.release(rid)
         self._count(len(prompt), hit, max_new_tokens)
+        self.stats.proposed_tokens += proposed
+        self.stats.accepted_tokens += accepted
         return ServeResult(tokens=tokens, logits=logits, prompt_logits=prompt_logits, cached_tokens=hit.tokens,
                            cached_by_kind=cached_by_kind(self.layout, hit.tokens), reasons=hit.codes,
-                           reason_details=hit.reasons)
+                           reason_details=hit.reasons, proposed_tokens=proposed, accepted_tokens=accepted)
 
     def recompute(self, prompt_tokens: ArrayLike, max_new_tokens: int) -> ServeResult:
         """The same model with no cache: greedy tokens, then every logit from one full forward pass.
@@ -169,16 +180,55 @@ class Engine:
             outs.append(self._chunk(rid, prompt[start:start + chunk_tokens]))
         return np.concatenate(outs)
 
-    def _decode(self, rid: int, last: F32, max_new_tokens: int) -> tuple[I64, F32]:
-        tokens, rows = [], []
-        for i in range(max_new_tokens):
+    def _proposer(self, draft: DraftSpec | None, prompt: I64, max_new_tokens: int) -> Proposer | None:
+        """The request's proposer: it reads the target's greedy continuation from an uncached run."""
+        if draft is None or max_new_tokens < 3:  # a step needs room for one draft and the target's token after it
+            return None
+        truth = self.model.generate(prompt, max_new_tokens - 1).tokens
+        return Proposer(draft, truth, self.config.vocab, self.stats.requests)
+
+    def _decode(self, rid: int, last: F32, max_new_tokens: int,
+                proposer: Proposer | None) -> tuple[I64, F32, int, int]:
+        """Greedy decoding, one token per step or (with a proposer) speculative steps; returns the tokens,
+        their logits, and the draft tokens proposed and accepted."""
+        tokens, rows, proposed, accepted = [], [], 0, 0
+        if max_new_tokens:
             tokens.append(int(np.argmax(last)))
             rows.append(last)
-            if i + 1 < max_new_tokens:
-                self.manager.append_tokens(rid, tokens[-1:])
+        while len(tokens) < max_new_tokens:
+            self.manager.append_tokens(rid, tokens[-1:])
+            k = min(proposer.spec.k, max_new_tokens - len(tokens) - 1) if proposer is not None else 0
+            if not k:
                 last = self._chunk(rid, np.array(tokens[-1:], np.int64))[-1]
+                tokens.append(int(np.argmax(last)))
+                rows.append(last)
+                continue
+            assert proposer is not None
+            drafts = proposer.propose(len(tokens), k)
+            logits = self._verify(rid, tokens[-1], drafts)
+            n = accepted_count(drafts, np.argmax(logits, axis=1))
+            self.manager.accept(rid, n)
+            self.manager.commit(rid, n + 1)
+            tokens += [*drafts[:n].tolist(), int(np.argmax(logits[n]))]
+            rows += list(logits[:n + 1])
+            proposed, accepted = proposed + k, accepted + n
         logits = np.stack(rows) if rows else np.zeros((0, self.config.vocab), np.float32)
-        return np.array(tokens, np.int64), logits
+        return np.array(tokens, np.int64), logits, proposed, accepted
+
+    def _verify(self, rid: int, last_token: int, drafts: I64) -> F32:
+        """One verification pass over [last_token, *drafts] (the manager's speculative step): logits of each."""
+        alloc = self.manager.propose(rid, drafts)
+        assert alloc.plan is None and alloc.num_tokens == len(drafts) + 1, alloc
+        p = alloc.start_tokens
+        state = state_io.read_state(self.executor, self.routes, alloc, p, self.config)
+        if self.check_states:
+            problems = state_problems(state, self.config)
+            assert not problems, f"state read from the pools at P={p}: {problems}"
+        chunk = np.concatenate([np.array([last_token], np.int64), drafts])
+        logits, extended = self.model.forward_full(chunk, state, faults=self.faults if p > 0 else Fault.NONE)
+        state_io.write_draft(self.executor, self.routes, alloc, extended, self.config)
+        self.stats.forward_passes += 1
+        return logits
 
     def _chunk(self, rid: int, tokens: I64) -> F32:
         """allocate -> copies -> forward in sub-chunks (state from the pools each time) -> commit."""

@@ -25,6 +25,7 @@ class ServeResult:
     - `cached_by_kind`: per object kind, the prefix positions whose state of that
       kind came from the cache at P (largest over that kind's pools).
     - `reasons`: the Hit's reason codes; `reason_details` the full reasons.
+    - `proposed_tokens` / `accepted_tokens`: draft tokens of speculative steps.
     """
 
     tokens: I64
@@ -34,6 +35,8 @@ class ServeResult:
     cached_by_kind: dict[str, int]
     reasons: tuple[str, ...]
     reason_details: tuple[Reason, ...] = ()
+    proposed_tokens: int = 0  # draft tokens speculative steps proposed (generate with a DraftSpec)
+    accepted_tokens: int = 0  # of them, accepted by the target
 
     def same_outputs(self, other: ServeResult) -> bool:
         """Bit-identical generated tokens and logits (np.array_equal)."""

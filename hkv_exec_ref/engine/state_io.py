@@ -153,7 +153,7 @@ def write_tails(writes: Writes, route: LayerRoute, layer: LayerState, pages: dic
     """Every tail row of `layer` into rows 0.. of `pages[pool]` (working or snapshot page)."""
     for name in TAIL_FIELDS:
         rows = getattr(layer, name)
-        if name in route.pools and rows is not None:
+        if name in route.pools and rows is not None and route.pools[name].name in pages:
             spec = route.pools[name]
             n = rows.a.shape[0]
             assert n <= spec.entries_per_page and pages[spec.name] != NULL_PAGE, (spec.name, n)
@@ -164,6 +164,13 @@ def write_tails(writes: Writes, route: LayerRoute, layer: LayerState, pages: dic
 def write_step(writes: Writes, route: LayerRoute, alloc: Allocation, before: int, layer: LayerState,
                cfg: Config) -> None:
     """What a step from P = `before` to `layer`'s P' added: window rows, completed entries, the tail."""
+    write_rows(writes, route, alloc, before, layer, cfg)
+    write_tails(writes, route, layer, alloc.tail_pages)
+
+
+def write_rows(writes: Writes, route: LayerRoute, alloc: Allocation, before: int, layer: LayerState,
+               cfg: Config) -> None:
+    """The window rows and completed entries of a step from P = `before` to `layer`'s P'."""
     after = layer.window_start + layer.window.shape[0]
     assert layer.window_start <= before, "the step's window rows are all in the state (sub-chunk <= W - 1)"
     window = route.pools["window"]
@@ -178,7 +185,6 @@ def write_step(writes: Writes, route: LayerRoute, alloc: Allocation, before: int
             new = slice(before // ratio, after // ratio)
             writes.add(spec.name, route.slot, alloc.slots[spec.name][new.start - first:new.stop - first],
                        values[new])
-    write_tails(writes, route, layer, alloc.tail_pages)
 
 
 def write_state(executor: Executor, layer_routes: tuple[LayerRoute, ...], alloc: Allocation, before: int,
@@ -204,3 +210,28 @@ def write_initial_tails(executor: Executor, layer_routes: tuple[LayerRoute, ...]
         write_tails(writes, route, layer, alloc.tail_pages)
     writes.flush(executor)
 
+
+
+
+def write_draft(executor: Executor, layer_routes: tuple[LayerRoute, ...], alloc: Allocation, extended: ModelState,
+                cfg: Config) -> None:
+    """Write a speculative step's results (`extended`: the verification pass's state, every row kept): window
+    rows and entries in place, the tail at every end E it may be accepted at into `alloc.draft_tails[E]`,
+    the tail at each retained boundary into its snapshot pages.  Nothing depends on what is accepted, and
+    the working tail (the checkpoint) is not written."""
+    writes = Writes(layer_routes)
+    for route, layer in zip(layer_routes, extended.layers, strict=True):
+        write_rows(writes, route, alloc, alloc.start_tokens, layer, cfg)
+    writes.flush(executor)
+    last: dict[tuple[str, int], int] = {}  # (pool, page) -> the largest E whose tail it holds: rows
+    for e, pages in sorted(alloc.draft_tails.items()):  # [tail_start(E), E) hold every smaller E's tail too
+        for pool, page in pages.items():
+            last[(pool, page)] = e
+    due: dict[int, dict[str, int]] = {}
+    for (pool, page), e in last.items():
+        due.setdefault(e, {})[pool] = page
+    for e, pages in [*sorted(due.items()), *sorted(alloc.snapshots.items())]:
+        state = extended.resume_at(e, cfg)
+        for route, layer in zip(layer_routes, state.layers, strict=True):
+            write_tails(writes, route, layer, pages)
+        writes.flush(executor)

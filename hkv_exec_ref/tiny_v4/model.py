@@ -77,6 +77,14 @@ class TinyV4:
         logits, extended = self._run(tokens, state, faults=faults, probe=probe)
         return logits, extended.resume_at(extended.prefix_tokens, self.config)
 
+    def forward_full(
+        self, tokens: Tokens, state: ModelState, *, faults: Fault = Fault.NONE
+    ) -> tuple[F32, ModelState]:
+        """Like `forward`, but the state is EXTENDED by the chunk (every row given and every row of the
+        chunk kept), so `resume_at(P)` cuts the state at any P the chunk passed (speculative verification:
+        the state at the accepted length is known only after the pass)."""
+        return self._run(tokens, state, faults=faults, probe=None)
+
     def recompute(self, tokens: Tokens) -> F32:
         """Logits of the whole sequence from scratch: one chunk, fresh empty state."""
         return self.forward(tokens, self.empty_state())[0]
