@@ -6,8 +6,9 @@ add_request, match, acquire (also with a hit matched before an eviction),
 allocate (random chunk sizes), complete (copy plans run at once, or kept in
 flight for a while, sometimes failing), commit, append_tokens, release,
 evict.  The machine keeps its own model of every request (tokens, computed,
-allocated, acquired, plans in flight) and of what has been committed, and
-checks after every step:
+allocated, acquired, plans in flight) and of what has been committed; it also
+runs speculative steps (hkv_core.testing.draft_rules: propose, something else
+meanwhile, accept or reject) and checks after every step:
 
 - `check_invariants(manager) == []` (the spec invariants);
 - `request_tokens(rid)` of every live request equals the model;
@@ -79,6 +80,8 @@ from hkv_core.manager import (
 )
 from hkv_core.manager.lanes import ROLE_OF, managed_pools
 from hkv_core.plan import Completion, CopyPages, Plan
+from hkv_core.testing.draft_rules import DraftRules
+from hkv_core.testing.machine_model import Committed, ModelRequest, evictions
 
 VOCAB_TOKENS = 1000  # token ids drawn in [0, VOCAB_TOKENS)
 SALTS: tuple[str | None, ...] = (None, "tenant-a", "tenant-b")
@@ -97,35 +100,6 @@ Snapshot = tuple[Any, ...]
 def cached_layout(name: str, block_tokens: int | None) -> Layout:
     """Layouts parse preset files: build each once per process."""
     return Layout.from_preset(name, block_tokens=block_tokens)
-
-
-@attrs.define(kw_only=True)
-class ModelRequest:
-    """What the machine knows about one live request."""
-
-    rid: int
-    salt: str | None
-    tokens: NDArray[np.int64]
-    prompt_tokens: int
-    computed: int = 0
-    allocated: int = 0
-    hit_tokens: int = 0
-    acquired: bool = False
-    since: int | None = None  # the manager's eviction count when the request first pinned or owned anything
-    plans: set[int] = attrs.field(factory=set)  # copy plans in flight
-    failed: bool = False  # a copy plan of it failed: it can never commit again
-
-
-@attrs.frozen(kw_only=True)
-class Committed:
-    """What one request has committed: tokens [0, len(tokens)) after resuming at `start`."""
-
-    salt: str | None
-    tokens: NDArray[np.int64]
-    start: int
-    prompt_tokens: int
-    evictions: int  # the manager's eviction count when the request first pinned or owned anything
-    released: bool = False  # its release sealed and published the prefix page it stopped in
 
 
 @attrs.frozen(kw_only=True)
@@ -157,12 +131,6 @@ def _note(text: str) -> None:
         note(text)
 
 
-def evictions(manager: CacheManager) -> int:
-    """Units the manager has evicted so far (explicitly or to make room)."""
-    stats = manager.stats
-    return stats["evicted_blocks"] + stats["evicted_points"]
-
-
 def live_requests(manager: CacheManager) -> list[int]:
     """Request ids the manager holds (its request table)."""
     return sorted(manager.core.requests.by_rid)
@@ -182,7 +150,7 @@ def pins_snapshot(manager: CacheManager) -> Snapshot:
     return tuple(out)
 
 
-class ManagerMachine(RuleBasedStateMachine):
+class ManagerMachine(DraftRules, RuleBasedStateMachine):
     """Drives one CacheManager; see the module docstring for what it checks."""
 
     layout_name: ClassVar[str] = "tiny_v4"

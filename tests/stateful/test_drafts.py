@@ -1,0 +1,216 @@
+"""Speculative steps (docs/drafts.md): the API's refusals, exact rollback, and each draft check shown able to fail.
+
+The state machine (tests/stateful/test_manager_machine.py) runs steps on every
+bound layout through hkv_core.testing.draft_rules; here each check it and
+`check_invariants` rely on is broken on purpose and must catch it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from hkv_core import CacheManager, Layout, ManagerConfig, check_invariants
+from hkv_core.errors import AdmissionRejected, InvalidRequestArgument, InvalidRequestState, InvalidTokens
+from hkv_core.manager import draft as draft_module
+from hkv_core.manager.core import Core
+from hkv_core.manager.requests import RequestState
+from hkv_core.manager.roles import Moves, TailRole
+from hkv_core.manager.roles.base import Role
+from hkv_core.testing.draft_rules import request_view
+from hkv_core.testing.manager_machine import make_manager_machine
+
+PROMPT = (np.arange(37) * 7 + 3) % 60
+
+
+def decoding(**config: Any) -> tuple[CacheManager, int]:
+    """A tiny_v4 manager with one request that computed its prompt and holds one verified token more."""
+    m = CacheManager(Layout.from_preset("tiny_v4"),
+                     ManagerConfig(**{"default_pool_pages": 48, "retain_every_blocks": 1, "key_seed": 0, **config}))
+    rid = m.add_request(PROMPT)
+    m.acquire(rid, m.match(rid))
+    m.allocate(rid, len(PROMPT))
+    m.commit(rid, len(PROMPT))
+    m.append_tokens(rid, [9])
+    return m, rid
+
+
+def free(m: CacheManager) -> dict[str, int]:
+    return {b.spec.name: m.free_pages(b.spec.name) for b in m.bindings()}
+
+
+# ------------------------------------------------------------------ the API
+
+def test_reject_returns_exactly_the_state_before_propose() -> None:
+    m, rid = decoding()
+    view, pages = request_view(m, rid), free(m)
+    alloc = m.propose(rid, [1, 2, 3, 4, 5, 6, 7, 8])
+    assert alloc.start_tokens == len(PROMPT) and alloc.num_tokens == 9 and alloc.draft_tokens == 8
+    assert free(m) != pages and check_invariants(m) == []
+    m.reject(rid)
+    assert request_view(m, rid) == view and free(m) == pages and check_invariants(m) == []
+
+
+@pytest.mark.parametrize("accepted", range(9))
+def test_accept_holds_what_an_allocation_of_the_same_tokens_holds(accepted: int) -> None:
+    m, rid = decoding()
+    twin = m.clone()
+    drafts = [1, 2, 3, 4, 5, 6, 7, 8]
+    m.propose(rid, drafts)
+    m.accept(rid, accepted)
+    twin.append_tokens(rid, drafts[:accepted])
+    twin.allocate(rid, 1 + accepted)
+    for one in (m, twin):
+        one.commit(rid, 1 + accepted)
+    assert m.request_tokens(rid) == twin.request_tokens(rid) == (38 + accepted,) * 3
+    assert {p: len(t) for p, t in m.tables(rid).items()} == {p: len(t) for p, t in twin.tables(rid).items()}
+    assert {p: len(o) for p, o in m.owned(rid).items()} == {p: len(o) for p, o in twin.owned(rid).items()}
+    assert m.chain(rid) == twin.chain(rid) and m.index_counts() == twin.index_counts()
+    assert free(m) == free(twin) and check_invariants(m) == []
+
+
+def test_no_draft_token_is_ever_keyed_indexed_or_matched() -> None:
+    m, rid = decoding()
+    drafts = (np.arange(30) * 11 + 1) % 60
+    m.propose(rid, drafts[:9])
+    other = m.add_request(np.concatenate([PROMPT, [9], drafts[:9]]))
+    assert m.match(other).tokens <= len(PROMPT)  # nothing past the verified tokens, whatever the drafts are
+    assert len(m.core.requests.by_rid[rid].keys) == (len(PROMPT) + 1) // m.layout.block_tokens
+    m.accept(rid, 9)
+    m.commit(rid, 10)
+    assert m.match(other).tokens > len(PROMPT)  # once verified and committed, they are cached like any token
+
+
+def test_release_during_a_step_frees_it() -> None:
+    m, rid = decoding()
+    m.propose(rid, [1, 2, 3, 4, 5])
+    m.release(rid)
+    m.evict()
+    assert all(n == b.pages - 1 for b, n in zip(m.bindings(), free(m).values(), strict=True))
+    assert check_invariants(m) == []
+
+
+@pytest.mark.parametrize(("call", "error"), [
+    (lambda m, r: m.propose(r, []), InvalidRequestArgument),
+    (lambda m, r: m.propose(r, [1.5, 2.0]), InvalidTokens),
+    (lambda m, r: m.propose(r, [[1, 2]]), InvalidTokens),
+    (lambda m, r: m.propose(r, [-1]), InvalidTokens),
+    (lambda m, r: m.propose(r, np.zeros(40, np.int64)), AdmissionRejected),
+    (lambda m, r: m.accept(r, 1), InvalidRequestState),
+    (lambda m, r: m.reject(r), InvalidRequestState),
+])
+def test_bad_calls_change_nothing(call: Any, error: type[Exception]) -> None:
+    m, rid = decoding(max_request_tokens=64)
+    before = m.snapshot()
+    with pytest.raises(error):
+        call(m, rid)
+    assert m.snapshot() == before
+
+
+@pytest.mark.parametrize("action", ["allocate", "commit", "append_tokens", "propose", "accept_too_many",
+                                    "accept_bool"])
+def test_calls_during_a_step_are_refused_unchanged(action: str) -> None:
+    m, rid = decoding()
+    m.propose(rid, [1, 2, 3])
+    before = m.snapshot()
+    calls = {"allocate": lambda: m.allocate(rid, 1), "commit": lambda: m.commit(rid, 1),
+             "append_tokens": lambda: m.append_tokens(rid, [1]), "propose": lambda: m.propose(rid, [1]),
+             "accept_too_many": lambda: m.accept(rid, 4), "accept_bool": lambda: m.accept(rid, True)}
+    with pytest.raises((InvalidRequestState, InvalidRequestArgument)):
+        calls[action]()
+    assert m.snapshot() == before
+
+
+def test_a_step_needs_a_committed_token_since_the_hit() -> None:
+    m = CacheManager(Layout.from_preset("tiny_v4"), ManagerConfig(default_pool_pages=48, key_seed=0))
+    rid = m.add_request(PROMPT)
+    with pytest.raises(InvalidRequestState):
+        m.propose(rid, [1])  # not acquired
+    m.acquire(rid, m.match(rid))
+    m.allocate(rid, 8)
+    with pytest.raises(InvalidRequestState):
+        m.propose(rid, [1])  # tokens allocated and not committed
+    m.commit(rid, 8)
+    m.propose(rid, [1])
+
+
+# ------------------------------------------------------- each check can fail
+
+def test_invariants_catch_drafts_hashed_into_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Broken variant: propose appends the drafts to the request's tokens (they get block keys)."""
+    real = draft_module.propose
+
+    def hashing(core: Core, req: RequestState, tokens: np.ndarray) -> Any:
+        found = real(core, req, tokens)
+        draft_module.admit.append_tokens(core, req, tokens)
+        return found
+
+    monkeypatch.setattr(draft_module, "propose", hashing)
+    m, rid = decoding()
+    m.propose(rid, [1, 2, 3, 4, 5, 6, 7])
+    assert any("draft_isolation" in v and "verified" in v for v in check_invariants(m))
+
+
+def test_invariants_catch_a_step_that_leaks_its_drafts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Broken variant: settling a step forgets to reject what was not accepted."""
+    real_step = draft_module.Moves.take
+
+    def no_reject(self: Moves, event: Any) -> Any:
+        found = real_step(self, event)
+        return found[:0] if event == "reject" else found
+
+    monkeypatch.setattr(draft_module.Moves, "take", no_reject)
+    m, rid = decoding()
+    m.propose(rid, [1, 2, 3, 4, 5, 6, 7, 8])
+    m.accept(rid, 0)
+    broken = check_invariants(m)
+    assert any(v.startswith("draft_isolation") and "exactly" in v for v in broken), broken
+
+
+def test_invariants_catch_a_step_that_keeps_its_index_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Broken variant: settling keeps every index row the step reserved, used or not (F15)."""
+    real = draft_module._blocks_needed
+
+    def keep_all(core: Core, req: RequestState, end: int) -> int:
+        return req.draft.blocks if req.draft is not None else real(core, req, end)
+
+    monkeypatch.setattr(draft_module, "_blocks_needed", keep_all)
+    m, rid = decoding()
+    m.propose(rid, [1, 2, 3, 4, 5, 6, 7, 8])  # tokens up to 46: one block more than the 4 committed
+    m.accept(rid, 0)
+    assert any(v.startswith("no_slot_leak") and "reserves 1 block" in v for v in check_invariants(m))
+
+
+def _machine_fails(monkeypatch: pytest.MonkeyPatch, symptom: str) -> None:
+    machine = make_manager_machine("tiny_v4", default_pool_pages=48, retain_every_blocks=1)
+    quick = settings(max_examples=300, stateful_step_count=30, database=None, phases=[Phase.generate],
+                     report_multiple_bugs=False, print_blob=False, derandomize=True)
+    with pytest.raises(Exception, match=symptom):
+        run_state_machine_as_test(machine, settings=quick)
+
+
+def test_machine_catches_a_reject_that_moves_the_working_tail(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Broken variant: a rejected step still makes its first tail page the working tail."""
+    real = TailRole.settle_draft
+
+    def keep_first(self: TailRole, req: RequestState, draft: Any, end: int, moves: Moves) -> None:
+        real(self, req, draft, end if end > draft.start else draft.verified + 1, moves)
+
+    monkeypatch.setattr(TailRole, "settle_draft", keep_first)
+    _machine_fails(monkeypatch, "a rejected step changed the request|invariant violated")
+
+
+def test_machine_catches_an_accept_that_keeps_rejected_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Broken variant: accepting keeps every page the step added to the tables (F15: reserved for nothing)."""
+
+    def keep_all(self: Role, req: RequestState, draft: Any, end: int, moves: Moves) -> None:
+        for pool in self.pools:
+            moves.add(draft_module.Event.ACCEPT, req.tables[pool.index].objs[draft.table_lens[pool.index]:]
+                      .astype(np.intp))
+
+    monkeypatch.setattr(Role, "settle_draft", keep_all)
+    _machine_fails(monkeypatch, "differs from an allocation|invariant violated|a rejected step")
