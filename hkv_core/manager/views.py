@@ -18,7 +18,7 @@ from hkv_core.errors import InvalidArgument, UnknownPool
 from hkv_core.manager.core import Core
 from hkv_core.manager.lanes import managed_pools
 from hkv_core.manager.page_pools import NO_OWNER, NULL_OBJECT, PoolSlots
-from hkv_core.manager.requests import RequestState
+from hkv_core.manager.requests import DraftState, RequestState
 
 
 @attrs.frozen(kw_only=True)
@@ -151,4 +151,12 @@ def _request_snapshot(r: RequestState) -> tuple[Any, ...]:
             r.pins.objs.tobytes(), r.pins.versions.tobytes(),
             tuple(r.window_floor), tuple(r.pending_points),
             tuple(sorted((p, tuple(o)) for p, o in r.snapshots.items())), tuple(sorted(r.tail_sources.items())),
-            r.block_rows, r.point_rows, tuple(sorted(r.plans)), r.failed_plan)
+            r.block_rows, r.point_rows, tuple(sorted(r.plans)), r.failed_plan, _draft_snapshot(r.draft))
+
+
+def _draft_snapshot(d: DraftState | None) -> tuple[Any, ...] | None:
+    if d is None:
+        return None
+    return (d.start, d.verified, d.tokens.tobytes(), tuple(d.table_lens), tuple(sorted(
+        (p, tuple(s)) for p, s in d.segments.items())), tuple(sorted((p, tuple(s)) for p, s in d.snapshots.items())),
+            tuple(d.boundaries), d.blocks, d.points)
