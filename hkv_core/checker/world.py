@@ -217,7 +217,7 @@ class Topology:
         self.disk_held = self._mask(lambda k: DISK_HELD_STATES)
         self.record_present = self._mask(lambda k: RECORD_PRESENT_STATES)
         self.corrupt = self._mask(lambda k: CORRUPT_STATES)
-        self.draft = self._mask(lambda k: frozenset({State.DRAFT}))
+        self.draft = self._mask(lambda k: frozenset({State.DRAFT, State.DRAFT_FILLING}))
         self.ready = self._mask(lambda k: frozenset({State.READY}))
         self.dead = self._mask(lambda k: spec.kind(k).final | {spec.kind(k).initial})
         self.private = self._mask(lambda k: private_states(spec, spec.kind(k)))

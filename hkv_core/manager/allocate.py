@@ -69,10 +69,10 @@ def allocate(core: Core, req: RequestState, num_tokens: int) -> Allocation:
     req.allocated, req.acquired = end, True
     return Allocation(request_id=req.rid, start_tokens=start, num_tokens=num_tokens, block_tables=out.tables,
                       slots=out.slots, tail_pages=out.tail_pages, snapshots=out.snapshots,
-                      plan=_issue(core, req, out, start, num_tokens))
+                      plan=issue(core, req, out, f"allocate {start}+{num_tokens}"))
 
 
-def _issue(core: Core, req: RequestState, out: Builder, start: int, num_tokens: int) -> Plan | None:
+def issue(core: Core, req: RequestState, out: Builder, label: str) -> Plan | None:
     """The copies as a plan with an id; their targets are FILLING (copy-pinned) until it completes."""
     if not out.copies:
         return None
@@ -82,7 +82,7 @@ def _issue(core: Core, req: RequestState, out: Builder, start: int, num_tokens: 
     core.plans[plan_id] = PlanRecord(request_id=req.rid, fills=fills)
     req.plans.add(plan_id)
     core.stats["copies"] += len(out.copies)
-    return Plan(ops=out.copies, request_id=req.rid, plan_id=plan_id, label=f"allocate {start}+{num_tokens}")
+    return Plan(ops=out.copies, request_id=req.rid, plan_id=plan_id, label=label)
 
 
 def _short(core: Core, pages: list[int], blocks: int, points: int, evictable: list[int]) -> OutOfPages:

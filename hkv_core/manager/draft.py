@@ -8,7 +8,9 @@ out of the index's sight): window and prefix pages past the request's
 tables, written in place like any allocation; one tail page per run of
 accepted ends whose tail rows start alike; a snapshot page per retained
 boundary.  The request's working tail is read, never written: it is the
-checkpoint a rejection returns to.  Draft tokens join `req.tokens` (and get
+checkpoint a rejection returns to; the step's plan copies it into the first
+tail page (where that page's tail starts at the same row), for verification
+kernels that update a tail in place.  Draft tokens join `req.tokens` (and get
 keys) only when accepted, so no key, block, resume point or event ever
 covers an unverified token.
 
@@ -25,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from hkv_core.manager import admit, retention
-from hkv_core.manager.allocate import make_room
+from hkv_core.manager.allocate import issue, make_room
 from hkv_core.manager.core import Core
 from hkv_core.manager.records import Allocation
 from hkv_core.manager.requests import DraftState, RequestState
@@ -58,9 +60,11 @@ def propose(core: Core, req: RequestState, tokens: np.ndarray) -> Allocation:
         role.draft_place(req, start, end, boundaries, [got[p.index] for p in role.pools], out, draft)
     core.index.reserve(blocks, len(boundaries))
     req.draft = draft
+    plan = issue(core, req, out, f"propose {start}+{end - start}")
+    draft.plan = plan.plan_id if plan is not None else -1
     return Allocation(request_id=req.rid, start_tokens=start, num_tokens=end - start, block_tables=out.tables,
                       slots=out.slots, tail_pages=out.tail_pages, snapshots=out.snapshots,
-                      draft_tails=out.draft_tails, draft_tokens=len(tokens))
+                      draft_tails=out.draft_tails, draft_tokens=len(tokens), plan=plan)
 
 
 def settle(core: Core, req: RequestState, end: int) -> None:
@@ -83,4 +87,6 @@ def settle(core: Core, req: RequestState, end: int) -> None:
     req.point_rows += len(kept)
     req.pending_points += kept
     req.allocated = max(end, draft.start)
+    if req.failed_plan == draft.plan >= 0:  # the failed copy filled a page the step no longer has
+        req.failed_plan = -1
     req.draft = None

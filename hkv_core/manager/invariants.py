@@ -33,7 +33,7 @@ class HasCore(Protocol):
 
 
 Check = Callable[[Core], list[str]]
-PRIVATE = (State.RESERVED, State.FILLING, State.DRAFT, State.READY)
+PRIVATE = (State.RESERVED, State.FILLING, State.DRAFT, State.DRAFT_FILLING, State.READY)
 
 
 def _in(o: PagePools, states: frozenset[str] | tuple[str, ...]) -> NDArray[np.bool_]:
@@ -100,7 +100,7 @@ def draft_isolation(core: Core) -> list[str]:
     """DRAFT objects are private to the step that reserved them (and exactly its objects), and nothing past a
     request's verified tokens has a key, a chained block or a pending point (docs/drafts.md)."""
     o = core.objects
-    draft = _in(o, (State.DRAFT,))
+    draft = _in(o, (State.DRAFT, State.DRAFT_FILLING))
     bad = np.flatnonzero(draft & ((o.holders > 0) | (o.leases > 0) | (o.owner < 0)))
     out = [f"{_name(o, b)} is a DRAFT that is indexed, pinned or ownerless" for b in bad]
     listed = set[int]()

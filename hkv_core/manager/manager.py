@@ -44,6 +44,7 @@ from hkv_core.manager.config import ManagerConfig
 from hkv_core.manager.core import Core
 from hkv_core.manager.invariants import check_invariants
 from hkv_core.manager.lanes import managed_pools
+from hkv_core.manager.page_pools import NO_OWNER
 from hkv_core.manager.records import Allocation, Hit
 from hkv_core.manager.requests import DraftState, RequestState
 from hkv_core.plan import Completion, Plan
@@ -219,6 +220,7 @@ class CacheManager:
         shows allocated and not committed)."""
         req = self._request(rid, "accept")
         step = self._draft(req, "accept")
+        self._no_plans(req, "accept")
         count = num_accepted
         if isinstance(count, bool) or not isinstance(count, int | np.integer) or not 0 <= count <= len(step.tokens):
             raise InvalidRequestArgument(request_id=rid, action="accept", argument="num_accepted", value=count,
@@ -230,7 +232,9 @@ class CacheManager:
         """Drop the step entirely: the request is exactly as before `propose` (its verified tokens stay known,
         not allocated)."""
         req = self._request(rid, "reject")
-        draft.settle(self.core, req, self._draft(req, "reject").start)
+        step = self._draft(req, "reject")
+        self._no_plans(req, "reject")
+        draft.settle(self.core, req, step.start)
 
     @_locked
     def evict(self, max_units: int | None = None) -> int:
@@ -261,9 +265,11 @@ class CacheManager:
         if not isinstance(plan, Plan):
             raise InvalidArgument(action="verify", argument="plan", value=plan,
                                   reason=f"must be a hkv_core.plan.Plan, got {type(plan).__name__}")
+        owner = self.core.requests.by_rid.get(plan.request_id)
+        actor = owner.slot if owner is not None else NO_OWNER
         for check in plan.checks():
             pool = self.core.member.get(check.pool)
-            ok, found, state = (self.core.objects.check_page(pool.index, check.page, check.version) if pool
+            ok, found, state = (self.core.objects.check_page(pool.index, check.page, check.version, actor) if pool
                                 else (False, -1, "NO_POOL"))
             if not ok:
                 raise StaleLease(pool=check.pool, page=check.page, expected_version=check.version,
@@ -406,9 +412,11 @@ class CacheManager:
         if req.plans:
             raise InvalidRequestState(request_id=req.rid, action=action,
                                       reason=f"copy plans {sorted(req.plans)} are still in flight: complete them first")
-        if req.failed_plan >= 0 and action in ("commit", "propose"):
+        if req.failed_plan >= 0 and action in ("commit", "propose", "accept"):
+            step = req.draft is not None and req.draft.plan == req.failed_plan
             raise InvalidRequestState(request_id=req.rid, action=action,
-                                      reason=f"copy plan {req.failed_plan} failed: release the request and retry")
+                                      reason=f"copy plan {req.failed_plan} failed: " + (
+                                          "reject the step" if step else "release the request and retry"))
 
     def _assert_invariants(self, action: str) -> None:
         broken = check_invariants(self)

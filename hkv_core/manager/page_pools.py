@@ -343,14 +343,16 @@ class PagePools:
         found: NDArray[np.bool_] = self.stamp[objs] == self.stamp_clock
         return found
 
-    def check_page(self, pool: int, page: int, version: int) -> tuple[bool, int, str]:
-        """Is `page` of `pool` still the placement of an object at `version` that may be read?"""
+    def check_page(self, pool: int, page: int, version: int, actor: int = NO_OWNER) -> tuple[bool, int, str]:
+        """Is `page` of `pool` still the placement of an object at `version` that may be read (shared, or a
+        RESERVED object `actor` owns: a request's plans may read its own working pages)?"""
         slots = self.pools[pool].slot_object
         obj = int(slots[page]) if 0 <= page < len(slots) else NULL_OBJECT
         if obj == NULL_OBJECT:
             return False, -1, State.FREE.value
         found, code = int(self.version[obj]), int(self.code[obj])
-        readable = bool(self.published[code] or self.retired[code])
+        readable = bool(self.published[code] or self.retired[code]
+                        or (actor != NO_OWNER and self.owner[obj] == actor and self.reserved[code]))
         return found == version and readable, found, self.codes.describe(code)[1]
 
     def clone(self, requests: RequestTable) -> PagePools:

@@ -135,8 +135,9 @@ class DraftState:
     tail pages (one per range of accepted lengths with the same tail rows:
     `(last accepted end of each, its object)`), `snapshots[pool]` one page per
     retained boundary of the step (`boundaries`), `blocks` / `points` the
-    index rows it reserved.  The request's working tail is never written by
-    a step: it stays the checkpoint a rejection returns to.
+    index rows it reserved, `plan` its checkpoint copy.  The request's working
+    tail is never written by a step: it stays the checkpoint a rejection
+    returns to.
     """
 
     start: int
@@ -148,6 +149,7 @@ class DraftState:
     boundaries: list[int]
     blocks: int
     points: int
+    plan: int = -1  # the checkpoint copy's plan (-1: none)
 
     @property
     def end(self) -> int:

@@ -13,6 +13,8 @@ it - and checks (docs/drafts.md):
 - meanwhile eviction, or another request serving exactly the verified tokens
   followed by the drafts (so the drafted prefix gets published by someone
   else), may run;
+- the step's checkpoint copy (the working tail into its first tail page) must
+  complete before `accept`, `reject` or `release`, which refuse unchanged;
 - `reject` (or accepting nothing past the committed tokens) gives the request
   back exactly its tables, pins, owned pages and counts, and (with nothing
   else run meanwhile) every page pool exactly its free pages;
@@ -23,6 +25,7 @@ it - and checks (docs/drafts.md):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -68,12 +71,14 @@ class DraftRules:
         free = {name: m.free_pages(name) for name in machine.pool_pages}
         twin = m.clone()
         try:
-            m.propose(rid, drafts)
+            alloc = m.propose(rid, drafts)
         except HkvError as err:
             assert not able or isinstance(err, AdmissionRejected), f"propose refused a request that may: {err}"
             machine._expect_unchanged(before, "a refused propose")
             return
         assert able, "propose accepted a request that may not speculate"
+        if alloc.plan is not None:  # the checkpoint copy: accept and reject wait for it
+            self._plan_first(rid, alloc.plan.plan_id)
         self._in_flight(rid)
         if interleave == "evict":
             machine.evict(None)
@@ -94,6 +99,21 @@ class DraftRules:
                 assert {name: m.free_pages(name) for name in free} == free, "a rejected step kept pages"
         else:
             self._like_an_allocation(twin, rid, req.tokens[view[0][2]:], end - req.computed)
+
+    def _plan_first(self, rid: int, plan_id: int) -> None:
+        """accept and reject refuse (changing nothing) while the step's copy is in flight; then it completes."""
+        machine: Any = self
+        m: CacheManager = machine.manager
+        before = m.snapshot()
+        calls: list[Callable[[], None]] = [lambda: m.accept(rid, 0), lambda: m.reject(rid), lambda: m.release(rid)]
+        for call in calls:
+            try:
+                call()
+            except InvalidRequestState:
+                machine._expect_unchanged(before, "a call refused while a step's copy is in flight")
+            else:
+                raise AssertionError("a step was settled while its copy was in flight")
+        m.complete(plan_id, Completion())
 
     def _in_flight(self, rid: int) -> None:
         machine: Any = self

@@ -218,7 +218,9 @@ class Engine:
     def _verify(self, rid: int, last_token: int, drafts: I64) -> F32:
         """One verification pass over [last_token, *drafts] (the manager's speculative step): logits of each."""
         alloc = self.manager.propose(rid, drafts)
-        assert alloc.plan is None and alloc.num_tokens == len(drafts) + 1, alloc
+        assert alloc.num_tokens == len(drafts) + 1, alloc
+        if alloc.plan is not None:  # the checkpoint copy of the working tail into the step's first tail page
+            self.manager.complete(alloc.plan.plan_id, self.executor.run(alloc.plan))
         p = alloc.start_tokens
         state = state_io.read_state(self.executor, self.routes, alloc, p, self.config)
         if self.check_states:

@@ -78,6 +78,8 @@ WRITE = '{ sources = ["RESERVED", "DRAFT"], event = "write", dest = "=", guards 
 ACCEPT = '{ source = "DRAFT", event = "accept", dest = "RESERVED", guards = ["is_owner"], effects = [] },'
 REJECT = 'event = "reject", dest = "FREE", guards = ["is_owner"], effects = ["clear_rows", "clear_owner", ' \
          '"free_slot", "bump_version"]'
+DRAFT_FILL = '{ source = "DRAFT", event = "fill", dest = "DRAFT_FILLING", guards = ["is_owner", "rows_not_full"], ' \
+             'effects = '
 DELETE_GUARDS = 'guards = ["unpinned", "no_disk_dependents"]'
 EVICT = 'event = "evict", dest = "FREE", guards = ["unpinned", "unheld"]'
 BLOCK_DROP = 'guards = ["no_children", "not_chain_tail", "no_point"], effects = ["drop_references", '
@@ -111,6 +113,8 @@ BROKEN = [
     Broken("accept publishes a draft", ACCEPT, '{ source = "DRAFT", event = "accept", dest = "PUBLISHED", '
            'guards = [], effects = ["clear_owner", "freeze_content"] },', "publish_only_when_complete", SMALL,
            count=4),
+    Broken("checkpoint copy into a draft without a copy pin", DRAFT_FILL + '["pin_copy"] }', DRAFT_FILL + "[] }",
+           "copy_endpoints_pinned", SMALL, count=2),
     Broken("reject keeps its owner", REJECT, REJECT.replace('"clear_owner", ', ""), "slot_single_owner", SMALL,
            count=4),
     Broken("write_done before all rows", 'event = "write_done", dest = "READY", guards = ["is_owner", "rows_full"]',

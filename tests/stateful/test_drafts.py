@@ -18,9 +18,11 @@ from hkv_core import CacheManager, Layout, ManagerConfig, check_invariants
 from hkv_core.errors import AdmissionRejected, InvalidRequestArgument, InvalidRequestState, InvalidTokens
 from hkv_core.manager import draft as draft_module
 from hkv_core.manager.core import Core
+from hkv_core.manager.records import Allocation
 from hkv_core.manager.requests import RequestState
 from hkv_core.manager.roles import Moves, TailRole
 from hkv_core.manager.roles.base import Role
+from hkv_core.plan import Completion
 from hkv_core.testing.draft_rules import request_view
 from hkv_core.testing.manager_machine import make_manager_machine
 
@@ -39,6 +41,14 @@ def decoding(**config: Any) -> tuple[CacheManager, int]:
     return m, rid
 
 
+def step(m: CacheManager, rid: int, drafts: Any) -> Allocation:
+    """propose, then complete its checkpoint copy (an executor would run it)."""
+    alloc = m.propose(rid, drafts)
+    if alloc.plan is not None:
+        m.complete(alloc.plan.plan_id, Completion())
+    return alloc
+
+
 def free(m: CacheManager) -> dict[str, int]:
     return {b.spec.name: m.free_pages(b.spec.name) for b in m.bindings()}
 
@@ -48,7 +58,7 @@ def free(m: CacheManager) -> dict[str, int]:
 def test_reject_returns_exactly_the_state_before_propose() -> None:
     m, rid = decoding()
     view, pages = request_view(m, rid), free(m)
-    alloc = m.propose(rid, [1, 2, 3, 4, 5, 6, 7, 8])
+    alloc = step(m, rid, [1, 2, 3, 4, 5, 6, 7, 8])
     assert alloc.start_tokens == len(PROMPT) and alloc.num_tokens == 9 and alloc.draft_tokens == 8
     assert free(m) != pages and check_invariants(m) == []
     m.reject(rid)
@@ -60,7 +70,7 @@ def test_accept_holds_what_an_allocation_of_the_same_tokens_holds(accepted: int)
     m, rid = decoding()
     twin = m.clone()
     drafts = [1, 2, 3, 4, 5, 6, 7, 8]
-    m.propose(rid, drafts)
+    step(m, rid, drafts)
     m.accept(rid, accepted)
     twin.append_tokens(rid, drafts[:accepted])
     twin.allocate(rid, 1 + accepted)
@@ -73,10 +83,46 @@ def test_accept_holds_what_an_allocation_of_the_same_tokens_holds(accepted: int)
     assert free(m) == free(twin) and check_invariants(m) == []
 
 
+def test_the_working_tail_is_checkpointed_by_a_plan_copy() -> None:
+    """The step's first tail page starts as a copy of the working tail (a plan op the executor runs and
+    `verify` passes: a request's plans may read its own working pages); accept and reject wait for it."""
+    m, rid = decoding()
+    alloc = m.propose(rid, [1, 2, 3])  # 38 -> 41: tails of ends 39..41 start where the working tail starts
+    assert alloc.plan is not None
+    working = set(alloc.tail_pages.values())
+    first = {pool: alloc.draft_tails[39][pool] for pool in alloc.tail_pages}
+    assert {op.src for op in alloc.plan.ops} == working and {(op.pool, op.dst) for op in alloc.plan.ops} <= set(
+        first.items())
+    before = m.snapshot()
+    for call in (lambda: m.accept(rid, 1), lambda: m.reject(rid), lambda: m.release(rid)):
+        with pytest.raises(InvalidRequestState, match="in flight"):
+            call()
+    assert m.snapshot() == before
+    m.verify(alloc.plan)
+    m.complete(alloc.plan.plan_id, Completion())
+    m.accept(rid, 3)
+    assert check_invariants(m) == []
+
+
+def test_a_failed_checkpoint_copy_leaves_only_reject() -> None:
+    m, rid = decoding()
+    view = request_view(m, rid)
+    alloc = m.propose(rid, [1, 2, 3])
+    assert alloc.plan is not None
+    m.complete(alloc.plan.plan_id, Completion(ok=False, error="test: copy failed"))
+    with pytest.raises(InvalidRequestState, match="reject the step"):
+        m.accept(rid, 2)
+    m.reject(rid)
+    assert request_view(m, rid) == view and check_invariants(m) == []
+    step(m, rid, [4, 5])  # the failure went with the step: the request speculates again
+    m.accept(rid, 2)
+    m.commit(rid, 3)
+
+
 def test_no_draft_token_is_ever_keyed_indexed_or_matched() -> None:
     m, rid = decoding()
     drafts = (np.arange(30) * 11 + 1) % 60
-    m.propose(rid, drafts[:9])
+    step(m, rid, drafts[:9])
     other = m.add_request(np.concatenate([PROMPT, [9], drafts[:9]]))
     assert m.match(other).tokens <= len(PROMPT)  # nothing past the verified tokens, whatever the drafts are
     assert len(m.core.requests.by_rid[rid].keys) == (len(PROMPT) + 1) // m.layout.block_tokens
@@ -87,7 +133,7 @@ def test_no_draft_token_is_ever_keyed_indexed_or_matched() -> None:
 
 def test_release_during_a_step_frees_it() -> None:
     m, rid = decoding()
-    m.propose(rid, [1, 2, 3, 4, 5])
+    step(m, rid, [1, 2, 3, 4, 5])
     m.release(rid)
     m.evict()
     assert all(n == b.pages - 1 for b, n in zip(m.bindings(), free(m).values(), strict=True))
@@ -115,7 +161,7 @@ def test_bad_calls_change_nothing(call: Any, error: type[Exception]) -> None:
                                     "accept_bool"])
 def test_calls_during_a_step_are_refused_unchanged(action: str) -> None:
     m, rid = decoding()
-    m.propose(rid, [1, 2, 3])
+    step(m, rid, [1, 2, 3])
     before = m.snapshot()
     calls = {"allocate": lambda: m.allocate(rid, 1), "commit": lambda: m.commit(rid, 1),
              "append_tokens": lambda: m.append_tokens(rid, [1]), "propose": lambda: m.propose(rid, [1]),
@@ -135,7 +181,7 @@ def test_a_step_needs_a_committed_token_since_the_hit() -> None:
     with pytest.raises(InvalidRequestState):
         m.propose(rid, [1])  # tokens allocated and not committed
     m.commit(rid, 8)
-    m.propose(rid, [1])
+    step(m, rid, [1])
 
 
 # ------------------------------------------------------- each check can fail
@@ -151,7 +197,7 @@ def test_invariants_catch_drafts_hashed_into_keys(monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(draft_module, "propose", hashing)
     m, rid = decoding()
-    m.propose(rid, [1, 2, 3, 4, 5, 6, 7])
+    step(m, rid, [1, 2, 3, 4, 5, 6, 7])
     assert any("draft_isolation" in v and "verified" in v for v in check_invariants(m))
 
 
@@ -165,7 +211,7 @@ def test_invariants_catch_a_step_that_leaks_its_drafts(monkeypatch: pytest.Monke
 
     monkeypatch.setattr(draft_module.Moves, "take", no_reject)
     m, rid = decoding()
-    m.propose(rid, [1, 2, 3, 4, 5, 6, 7, 8])
+    step(m, rid, [1, 2, 3, 4, 5, 6, 7, 8])
     m.accept(rid, 0)
     broken = check_invariants(m)
     assert any(v.startswith("draft_isolation") and "exactly" in v for v in broken), broken
@@ -180,7 +226,7 @@ def test_invariants_catch_a_step_that_keeps_its_index_rows(monkeypatch: pytest.M
 
     monkeypatch.setattr(draft_module, "_blocks_needed", keep_all)
     m, rid = decoding()
-    m.propose(rid, [1, 2, 3, 4, 5, 6, 7, 8])  # tokens up to 46: one block more than the 4 committed
+    step(m, rid, [1, 2, 3, 4, 5, 6, 7, 8])  # tokens up to 46: one block more than the 4 committed
     m.accept(rid, 0)
     assert any(v.startswith("no_slot_leak") and "reserves 1 block" in v for v in check_invariants(m))
 

@@ -2,7 +2,8 @@
 
 Each worker runs a bounded, seeded loop of whole requests over shared
 prefixes (add_request, match, acquire, allocate / commit in random chunks, a
-little decode, release) and handles the typed errors the API documents:
+little decode, a few speculative steps - propose, the checkpoint copy, accept
+some drafts or reject - release) and handles the typed errors the API documents:
 StaleLease (counted, and checked against the hit it refused), OutOfPages,
 AdmissionRejected.  A worker runs its own copy plans: it verifies each (as an
 executor does at launch: the sources it pinned cannot have moved), yields to
@@ -70,6 +71,7 @@ class Tally:
     out_of_pages: int = 0
     rejected: int = 0
     plans: int = 0
+    steps: int = 0  # speculative steps settled (accepted or rejected)
 
 
 def prompts(layout: Layout) -> list[np.ndarray]:
@@ -129,6 +131,43 @@ def prefill_and_decode(m: CacheManager, rid: int, rng: np.random.Generator, know
         m.commit(rid, n)
         computed += n
         assert m.request_tokens(rid) == (computed, computed, known)
+    for _ in range(int(rng.integers(0, 3))):
+        if not speculate(m, rid, rng, tally):
+            return
+
+
+def speculate(m: CacheManager, rid: int, rng: np.random.Generator, tally: Tally) -> bool:
+    """One speculative step after a verified token: propose, run its copy, accept some drafts or reject;
+    False when the pools could not hold it (OutOfPages: nothing changed)."""
+    m.append_tokens(rid, rng.integers(0, VOCAB_TOKENS, 1))
+    computed, _, known = m.request_tokens(rid)
+    k = int(rng.integers(1, 9))
+    try:
+        alloc = m.propose(rid, rng.integers(0, VOCAB_TOKENS, k))
+    except OutOfPages:
+        tally.out_of_pages += 1
+        return False
+    if alloc.plan is not None:
+        m.verify(alloc.plan)
+        time.sleep(0)  # other threads run while the checkpoint copy is in flight
+        m.complete(alloc.plan.plan_id, Completion())
+    time.sleep(0)  # and while the step's forward pass runs
+    n = int(rng.integers(-1, k + 1))
+    if n < 0:
+        m.reject(rid)
+        assert m.request_tokens(rid) == (computed, computed, known)
+        try:
+            m.allocate(rid, known - computed)  # the verified token is computed without speculation after all
+        except OutOfPages:
+            tally.out_of_pages += 1
+            return False
+        m.commit(rid, known - computed)
+    else:
+        m.accept(rid, n)
+        m.commit(rid, known - computed + n)
+        assert m.request_tokens(rid) == (known + n,) * 3
+    tally.steps += 1
+    return True
 
 
 def stale_problem(hit: Hit, err: StaleLease) -> str | None:
@@ -233,7 +272,7 @@ def child(conn: Connection, layout_name: str, seed: int, broken: bool = False) -
         if m.index_counts() != {"blocks": 0, "points": 0, "keys": 0}:
             problems.append(f"entries left in the index after evicting everything: {m.index_counts()}")
         counts = {k: sum(getattr(t, k) for t in tallies)
-                  for k in ("served", "hits", "out_of_pages", "rejected", "plans")}
+                  for k in ("served", "hits", "out_of_pages", "rejected", "plans", "steps")}
         stale = Counter(err.pool if err.pool in ("block", "resume_point") else "page"
                         for t in tallies for _, err in t.stale)
         conn.send({"problems": problems, "stale": dict(stale), **counts})
@@ -266,6 +305,7 @@ def test_threads_share_one_manager(layout_name: str, seed: int) -> None:
     assert result["problems"] == [], "\n".join(result["problems"][:10])
     assert result["hits"] > 0, "shared prefixes never hit"
     assert result["plans"] > 0, "no copy plan was run (tail seeds follow every hit on these layouts)"
+    assert result["steps"] > 0, "no speculative step ran"
     print(f"{layout_name} seed {seed}: {result}")
 
 

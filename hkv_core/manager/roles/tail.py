@@ -123,9 +123,21 @@ class TailRole(Role):
             for b, obj in zip(boundaries, snaps, strict=True):
                 for member in pool.spec.members:
                     out.snapshots.setdefault(b, {})[member.name] = int(slot[obj])
-            working = int(slot[req.tables[pool.index][0]])
+            working = req.tables[pool.index][0]
             for member in pool.spec.members:
-                out.tail_pages[member.name] = working
+                out.tail_pages[member.name] = int(slot[working])
+            self._checkpoint(pool, req, working, segs[0], ends[0], out)
+
+    def _checkpoint(self, pool: PoolSlots, req: RequestState, working: int, first: int, end: int,
+                    out: Builder) -> None:
+        """Copy the working tail's rows into the step's first tail page where its tail starts at the same row
+        (a plan op): a verification kernel that updates a tail in place runs on that copy, never on the
+        working tail, which stays the checkpoint a rejection returns to."""
+        start = req.computed
+        rows = [tail_rows(start, m.compress_ratio)
+                if tail_start_token(end, m.compress_ratio) == tail_start_token(start, m.compress_ratio) else 0
+                for m in pool.spec.members]
+        out.copy(self.objects, pool, working, first, rows)
 
     def settle_draft(self, req: RequestState, draft: DraftState, end: int, moves: Moves) -> None:
         """The page holding the tail at `end` becomes the working tail (the old one is given back), unless
