@@ -9,10 +9,15 @@ requests share a key only if they would compute the same KV for that block
 
 Definition (``H`` is the hasher's algorithm, keyed with its secret seed)::
 
-    root    = H(DOMAIN || algorithm || block_tokens || extra_digest)
+    root    = H(DOMAIN || algorithm || block_tokens || namespace || extra_digest)
     key_-1  = root                        (or ``parent`` when continuing a chain)
     key_i   = H_block(key_{i-1} || le32(tokens of block i) || items_i)
 
+- ``namespace``: what the keys describe, length-prefixed; a CacheManager
+  passes its layout's fingerprint (``Layout.fingerprint``: model, block size,
+  every pool's ABI id and geometry), so two layouts never share a key even
+  with one seed (a persisted or shared cache cannot serve one layout's bytes
+  to another).
 - ``extra_digest`` = ``H("hkv.extra" || ExtraKeys.shared_encoding())``: the
   salt and LoRA id, length-prefixed and type-tagged.
 - ``items_i`` is empty, or the count-prefixed encoding of the multimodal items
@@ -249,12 +254,14 @@ class BlockHasher:
 
     One hasher per cache instance: its seed is secret and random unless given
     (give one only to share keys with a persisted cache).  Keys from hashers
-    with different seeds, algorithms or ``block_tokens`` are unrelated.
+    with different seeds, algorithms, ``block_tokens`` or namespaces are
+    unrelated.
     """
 
-    __slots__ = ("_algorithm", "_block_tokens", "_contexts", "_row_bytes", "_seed", "_seed_bytes")
+    __slots__ = ("_algorithm", "_block_tokens", "_contexts", "_namespace", "_row_bytes", "_seed", "_seed_bytes")
 
-    def __init__(self, *, block_tokens: int, seed: int | None = None, algorithm: str = "xxh3_128") -> None:
+    def __init__(self, *, block_tokens: int, seed: int | None = None, algorithm: str = "xxh3_128",
+                 namespace: str = "") -> None:
         if isinstance(block_tokens, bool) or not isinstance(block_tokens, int | np.integer):
             raise ConfigError(f"must be an int, got {type(block_tokens).__name__}",
                               source="BlockHasher", key="block_tokens")
@@ -263,6 +270,9 @@ class BlockHasher:
         if algorithm not in ALGORITHMS:
             raise ConfigError(f"unknown algorithm {algorithm!r}; known: {', '.join(ALGORITHMS)}",
                               source="BlockHasher", key="algorithm")
+        if not isinstance(namespace, str):
+            raise ConfigError(f"must be a str, got {type(namespace).__name__}", source="BlockHasher",
+                              key="namespace")
         if seed is None:
             seed = secrets.randbits(64)
         elif isinstance(seed, bool) or not isinstance(seed, int | np.integer):
@@ -273,6 +283,7 @@ class BlockHasher:
         self._block_tokens = int(block_tokens)
         self._row_bytes = TOKEN_BYTES * self._block_tokens
         self._algorithm = algorithm
+        self._namespace = namespace
         self._seed = int(seed)
         self._seed_bytes = _le64(self._seed)
         self._contexts: dict[tuple[object, ...], tuple[bytes, int, bytes]] = {}  # _context's answers
@@ -286,12 +297,18 @@ class BlockHasher:
         return self._algorithm
 
     @property
+    def namespace(self) -> str:
+        """What the keys describe (a CacheManager's layout fingerprint): part of every root."""
+        return self._namespace
+
+    @property
     def seed(self) -> int:
         """The secret seed (persist it only with the cache it keys; never log it)."""
         return self._seed
 
     def __repr__(self) -> str:
-        return f"BlockHasher(block_tokens={self._block_tokens}, algorithm={self._algorithm!r})"
+        return (f"BlockHasher(block_tokens={self._block_tokens}, algorithm={self._algorithm!r}, "
+                f"namespace={self._namespace!r})")  # never the seed
 
     # -------------------------------------------------------------- primitives
 
@@ -314,7 +331,8 @@ class BlockHasher:
 
     def _derive_context(self, extra: ExtraKeys) -> tuple[bytes, int, bytes]:
         extra_digest = self._keyed(_EXTRA_TAG + extra.shared_encoding())
-        root = self._keyed(_DOMAIN + _text(self._algorithm) + _le64(self._block_tokens) + extra_digest)
+        root = self._keyed(_DOMAIN + _text(self._algorithm) + _le64(self._block_tokens) + _text(self._namespace)
+                           + extra_digest)
         block_seed = int(xxhash.xxh3_64_intdigest(_BLOCK_SEED_TAG + extra_digest, self._seed))
         return root, block_seed, self._seed_bytes + extra_digest
 

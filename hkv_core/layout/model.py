@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -93,6 +94,17 @@ class Layout:
     def from_preset(cls, name: str, *, block_tokens: int | None = None) -> Layout:
         """Build from ``specs/presets/NAME.toml`` (``ConfigError`` lists presets if unknown)."""
         return cls.from_hf_config(load_preset_config(name), name=name, block_tokens=block_tokens)
+
+    def fingerprint(self) -> str:
+        """A digest (32 hex digits) of what decides the bytes cached per block: the name, model type and family,
+        block size, KV dtype, window, and every pool's ABI id, layers and page geometry (not ``source``, where
+        the config was read).  A CacheManager puts it into every block key's root: two layouts never share a
+        key, even with one seed."""
+        parts = [self.name, self.model_type, self.family, str(self.block_tokens), self.kv_dtype,
+                 str(self.window_tokens)]
+        parts += [f"{p.name}|{p.abi_id}|{p.layer_count}|{p.tokens_per_page}|{p.compress_ratio}"
+                  for p in self.all_pools]
+        return hashlib.blake2b("\n".join(parts).encode(), digest_size=16).hexdigest()
 
     @property
     def all_groups(self) -> tuple[LayerGroup, ...]:

@@ -64,7 +64,8 @@ class Core:
         self.index = PrefixIndex(self.tables, self.limits, self.objects, block_columns(self.pools),
                                  point_columns(self.pools, layout.block_tokens), self.requests, log)
         self._bind_roles()
-        self.hasher = BlockHasher(block_tokens=layout.block_tokens, seed=config.key_seed, algorithm=config.block_hash)
+        self.hasher = BlockHasher(block_tokens=layout.block_tokens, seed=config.key_seed, algorithm=config.block_hash,
+                                  namespace=layout.fingerprint())  # keys never meet another layout's
         self.plans: dict[int, PlanRecord] = {}
         self.next_plan = 0
         self.stats: dict[str, int] = {"evicted_blocks": 0, "evicted_points": 0, "copies": 0, "evictions": 0}

@@ -247,8 +247,9 @@ def test_key_seed_shared_makes_keys_comparable_and_is_never_printed() -> None:
 def test_block_hash_selects_the_hashers_algorithm(algorithm: str) -> None:
     tokens = np.arange(64)
     keys = _keys(ManagerConfig(key_seed=7, block_hash=algorithm), tokens)
-    block = Layout.from_preset("llama_full").block_tokens
-    direct = BlockHasher(block_tokens=block, seed=7, algorithm=algorithm).hash_blocks(tokens, ExtraKeys())
+    layout = Layout.from_preset("llama_full")
+    direct = BlockHasher(block_tokens=layout.block_tokens, seed=7, algorithm=algorithm,
+                         namespace=layout.fingerprint()).hash_blocks(tokens, ExtraKeys())
     assert np.array_equal(keys, direct)
     other = next(a for a in ALGORITHMS if a != algorithm)
     assert not np.array_equal(keys, _keys(ManagerConfig(key_seed=7, block_hash=other), tokens))

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from hkv_core import block_keys
+from hkv_core import CacheManager, Layout, ManagerConfig, block_keys
 from hkv_core.block_keys import ALGORITHMS, BlockHasher, ExtraKeys, key_bytes, keys_as_void
 from hkv_core.errors import ConfigError, HkvError, InvalidTokens, UnitError
 
@@ -361,3 +361,31 @@ def test_a_large_prompt_matches_the_reference_loop() -> None:
         assert keys.shape == (6250, 2)
         assert np.array_equal(keys, hasher.reference_hash_blocks(tokens, extra))
         assert np.array_equal(keys, hasher.hash_blocks(tokens.astype(np.int32), extra))
+
+
+# ------------------------------------------------------------ keys bind the layout they describe
+
+def test_keys_bind_the_layout_fingerprint() -> None:
+    """With one seed, two layouts (even of equal block size) never share a key; one layout always does."""
+    tokens = np.arange(64) % 50
+    config = ManagerConfig(key_seed=5, default_pool_pages=16)
+
+    def keys(name: str) -> bytes:
+        m = CacheManager(Layout.from_preset(name), config)
+        return bytes(m.core.requests.by_rid[m.add_request(tokens)].keys.tobytes())
+
+    assert Layout.from_preset("tiny_v4").block_tokens == Layout.from_preset("tiny_csa").block_tokens
+    assert keys("tiny_v4") == keys("tiny_v4")
+    assert len({keys("tiny_v4"), keys("tiny_csa"), keys("llama_full"), keys("swa_full")}) == 4
+    assert Layout.from_preset("tiny_v4").fingerprint() != Layout.from_preset("tiny_v4", block_tokens=16).fingerprint()
+    plain = BlockHasher(block_tokens=8, seed=5)
+    named = BlockHasher(block_tokens=8, seed=5, namespace=Layout.from_preset("tiny_v4").fingerprint())
+    assert not np.array_equal(plain.hash_blocks(tokens), named.hash_blocks(tokens))
+    assert np.array_equal(named.hash_blocks(tokens), named.reference_hash_blocks(tokens))
+
+
+def test_the_seed_is_never_printed() -> None:
+    hasher = BlockHasher(block_tokens=8, seed=123456789, namespace="layout")
+    assert "123456789" not in repr(hasher) and "layout" in repr(hasher)
+    with pytest.raises(ConfigError):
+        BlockHasher(block_tokens=8, namespace=b"bytes")  # type: ignore[arg-type]
