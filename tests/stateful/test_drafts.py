@@ -131,6 +131,23 @@ def test_no_draft_token_is_ever_keyed_indexed_or_matched() -> None:
     assert m.match(other).tokens > len(PROMPT)  # once verified and committed, they are cached like any token
 
 
+def test_events_report_no_draft_token() -> None:
+    """A step reports nothing; accepted drafts are reported once committed, like any token (KV events)."""
+    m, rid = decoding(kv_events=True)
+    m.take_events()
+    step(m, rid, [1, 2, 3, 4, 5, 6, 7, 8])
+    assert m.take_events() == []
+    m.reject(rid)
+    assert m.take_events() == []
+    step(m, rid, [1, 2, 3, 4, 5, 6, 7, 8])
+    m.accept(rid, 8)
+    assert m.take_events() == []
+    m.commit(rid, 9)
+    stored = [e for e in m.take_events() if type(e).__name__ == "BlockStored"]
+    bt = m.layout.block_tokens
+    assert sum(len(e.block_hashes) for e in stored) == 47 // bt - 38 // bt  # the one block the 9 tokens completed
+
+
 def test_release_during_a_step_frees_it() -> None:
     m, rid = decoding()
     step(m, rid, [1, 2, 3, 4, 5])
