@@ -11,8 +11,8 @@ from typing import Any
 
 __all__ = ["AdmissionRejected", "CacheBusy", "ConfigError", "HkvError", "IllegalTransition", "InvalidArgument",
            "InvalidRequestArgument", "InvalidRequestState", "InvalidTokens", "InvariantViolation", "MetadataTooLarge",
-           "MissingDependency", "OutOfPages", "SpecError", "StaleLease", "UnitError", "UnknownPlan", "UnknownPool",
-           "UnknownRequest", "shown"]
+           "MissingDependency", "OutOfPages", "RecordCorrupt", "SpecError", "StaleLease", "TierError", "TierFull",
+           "UnitError", "UnknownPlan", "UnknownPool", "UnknownRequest", "shown"]
 
 SHOWN_CHARS = 80  # an argument's value is shown in a message up to this many characters of its repr
 
@@ -258,3 +258,28 @@ class MissingDependency(HkvError, ImportError):
                          package=package, extra=extra, action=action)
         self.package, self.extra, self.action = package, extra, action
         self.name = package  # ImportError's attribute: the module that could not be imported
+
+
+class TierError(HkvError):
+    """A host or disk tier could not do what was asked (``tier``, ``record``, ``reason``; ``errno`` from the
+    operating system when it refused).  Nothing was published: a record is visible only once durable."""
+
+    def __init__(self, *, tier: str, record: str, reason: str, errno: int | None = None) -> None:
+        super().__init__(f"{tier} tier: record {record!r}: {reason}", tier=tier, record=record, reason=reason,
+                         errno=errno)
+        self.tier, self.record, self.reason, self.errno = tier, record, reason, errno
+
+
+class TierFull(TierError):
+    """A record does not fit the tier's byte budget (``needed``, ``free`` and ``budget`` bytes)."""
+
+    def __init__(self, *, tier: str, record: str, needed: int, free: int, budget: int) -> None:
+        super().__init__(tier=tier, record=record,
+                         reason=f"needs {needed:,} bytes, {free:,} of the budget of {budget:,} are free")
+        self.fields.update(needed=needed, free=free, budget=budget)
+        self.needed, self.free, self.budget = needed, free, budget
+
+
+class RecordCorrupt(TierError):
+    """A stored record failed its check (bad magic or version, torn header, checksum mismatch, another
+    layout's record); it is quarantined and never served."""

@@ -1,0 +1,217 @@
+"""A crash-safe directory of records (hkv_core.tiers.record) under a byte budget.
+
+`put(name, header, payload)` publishes a record only once it is durable: the
+header and the payload (padded to 4,096 bytes) are written to `name.tmp`,
+fsynced, renamed to `name.rec`, and the directory is fsynced.  Writes use
+O_DIRECT where the platform and file system allow it; otherwise the buffered
+fallback is used and reported (`direct_io`, `fallback_reason`), never silent.
+`get(name)` returns the payload only if the header and the payload check
+(and the layout matches); otherwise the record is quarantined (renamed to
+`name.bad`), counted, and RecordCorrupt raised.  `scan()` rebuilds what the
+directory holds after a restart: every `.rec` whose header checks and whose
+layout matches, leftover `.tmp` files (a crash before the rename) removed,
+the rest quarantined; each counted in `counts`.
+
+`faults` (a `DiskFaults`) switches on injected faults for tests: EIO and
+ENOSPC on write or read, a torn write, a flipped byte, a crash between the
+write and the rename.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+from collections import Counter
+from pathlib import Path
+
+import attrs
+import numpy as np
+
+from hkv_core.errors import RecordCorrupt, TierError, TierFull
+from hkv_core.tiers.record import HEADER_BYTES, RecordHeader, checksum, pack_header, padded, unpack_header
+
+TIER = "disk"
+RECORD_SUFFIX, TEMP_SUFFIX, BAD_SUFFIX = ".rec", ".tmp", ".bad"
+
+
+class Crash(Exception):
+    """Injected: the process died between the write and the rename (tests catch it, then reopen)."""
+
+
+@attrs.define
+class DiskFaults:
+    """Injected faults, each firing on the next `count` operations of its kind (seeded where random)."""
+
+    eio_write: int = 0
+    enospc_write: int = 0
+    eio_read: int = 0
+    torn_write: int = 0  # only the first half of the record reaches the file
+    flip_byte: int = 0  # one payload byte is altered after it was written
+    crash_before_rename: int = 0
+    seed: int = 0
+
+    def take(self, name: str) -> bool:
+        left = int(getattr(self, name))
+        if left:
+            setattr(self, name, left - 1)
+        return left > 0
+
+
+class DiskStore:
+    """Records of one layout in one directory, within `budget_bytes` (header and padding included)."""
+
+    def __init__(self, directory: str | Path, budget_bytes: int, layout_fingerprint: str, *,
+                 direct: bool = True, faults: DiskFaults | None = None) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.budget, self.fingerprint = int(budget_bytes), layout_fingerprint
+        self.faults = faults or DiskFaults()
+        self.counts: Counter[str] = Counter()
+        self.direct_io, self.fallback_reason = direct and hasattr(os, "O_DIRECT"), "" if direct else "not asked"
+        if direct and not hasattr(os, "O_DIRECT"):
+            self.fallback_reason = "this platform has no O_DIRECT"
+        self.sizes: dict[str, int] = {}
+        self.scan()
+
+    @property
+    def used_bytes(self) -> int:
+        return sum(self.sizes.values())
+
+    # ------------------------------------------------------------------ write
+
+    def put(self, name: str, header: RecordHeader, payload: bytes) -> None:
+        """Publish record `name` durably; TierFull over the budget, TierError on an I/O error (no record then:
+        the temporary file is removed)."""
+        assert header.payload_bytes == len(payload) and header.payload_checksum == checksum(payload)
+        size = HEADER_BYTES + padded(len(payload))
+        free = self.budget - self.used_bytes + self.sizes.get(name, 0)
+        if size > free:
+            raise TierFull(tier=TIER, record=name, needed=size, free=free, budget=self.budget)
+        data = bytearray(size)
+        data[:HEADER_BYTES] = pack_header(header)
+        data[HEADER_BYTES:HEADER_BYTES + len(payload)] = payload
+        temp, final = self._path(name, TEMP_SUFFIX), self._path(name, RECORD_SUFFIX)
+        try:
+            self._write(temp, self._damaged(bytes(data), len(payload)))
+            if self.faults.take("crash_before_rename"):
+                raise Crash(name)
+            os.replace(temp, final)
+            self._fsync_directory()
+        except OSError as err:
+            temp.unlink(missing_ok=True)
+            self.counts[f"write_{errno.errorcode.get(err.errno or 0, 'error')}"] += 1
+            raise TierError(tier=TIER, record=name, reason=f"write failed: {err.strerror}", errno=err.errno) from None
+        self.sizes[name] = size
+        self.counts["written"] += 1
+
+    def _write(self, path: Path, data: bytes) -> None:
+        if self.faults.take("eio_write"):
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        if self.faults.take("enospc_write"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        if self.direct_io and self._write_direct(path, data):
+            return
+        with open(path, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _damaged(self, data: bytes, payload_bytes: int) -> bytes:
+        """The bytes that reach the file under the torn-write and flipped-byte faults (else `data`)."""
+        if self.faults.take("torn_write"):
+            return data[:len(data) // 2]
+        if self.faults.take("flip_byte") and payload_bytes:
+            at = HEADER_BYTES + int(np.random.default_rng(self.faults.seed).integers(payload_bytes))
+            return data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1:]
+        return data
+
+    def _write_direct(self, path: Path, data: bytes) -> bool:
+        """O_DIRECT from an aligned buffer; False (and the reason kept) when the file system refuses it."""
+        size = padded(len(data))
+        buffer = mmap.mmap(-1, size)  # page aligned
+        try:
+            buffer[:len(data)] = data
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
+            except OSError as err:
+                self.direct_io, self.fallback_reason = False, f"O_DIRECT refused: {err.strerror}"
+                return False
+            try:
+                os.write(fd, buffer)
+                os.ftruncate(fd, len(data))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            return True
+        finally:
+            buffer.close()
+
+    def _fsync_directory(self) -> None:
+        fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    # ------------------------------------------------------------------ read
+
+    def get(self, name: str) -> tuple[RecordHeader, bytes]:
+        """Header and payload of record `name`; RecordCorrupt (quarantined) when it does not check, TierError
+        when it is missing or the read fails."""
+        path = self._path(name, RECORD_SUFFIX)
+        try:
+            if self.faults.take("eio_read"):
+                raise OSError(errno.EIO, os.strerror(errno.EIO))
+            data = path.read_bytes()
+        except OSError as err:
+            self.counts["read_error"] += 1
+            raise TierError(tier=TIER, record=name, reason=f"read failed: {err.strerror}", errno=err.errno) from None
+        try:
+            header = self._checked_header(data, name)
+            payload = data[HEADER_BYTES:HEADER_BYTES + header.payload_bytes]
+            if len(payload) != header.payload_bytes or checksum(payload) != header.payload_checksum:
+                raise RecordCorrupt(tier=TIER, record=name, reason="payload checksum mismatch (torn or altered)")
+        except RecordCorrupt:
+            self._quarantine(name)
+            raise
+        self.counts["read"] += 1
+        return header, payload
+
+    def _checked_header(self, data: bytes, name: str) -> RecordHeader:
+        header = unpack_header(data[:HEADER_BYTES], name)
+        if header.layout_fingerprint != self.fingerprint:
+            raise RecordCorrupt(tier=TIER, record=name, reason="a record of another layout")
+        return header
+
+    def _quarantine(self, name: str) -> None:
+        path = self._path(name, RECORD_SUFFIX)
+        if path.exists():
+            os.replace(path, self._path(name, BAD_SUFFIX))
+        self.sizes.pop(name, None)
+        self.counts["quarantined"] += 1
+
+    # ------------------------------------------------------------------ restart
+
+    def scan(self) -> dict[str, RecordHeader]:
+        """Every record of this layout the directory holds (headers checked; payloads are checked on `get`);
+        leftover temporary files removed, records that do not check quarantined."""
+        found: dict[str, RecordHeader] = {}
+        self.sizes.clear()
+        for temp in sorted(self.directory.glob(f"*{TEMP_SUFFIX}")):
+            temp.unlink()
+            self.counts["temp_removed"] += 1
+        for path in sorted(self.directory.glob(f"*{RECORD_SUFFIX}")):
+            name = path.name[:-len(RECORD_SUFFIX)]
+            try:
+                with open(path, "rb") as f:
+                    found[name] = self._checked_header(f.read(HEADER_BYTES), name)
+            except RecordCorrupt:
+                self._quarantine(name)
+                continue
+            self.sizes[name] = path.stat().st_size
+        return found
+
+    def _path(self, name: str, suffix: str) -> Path:
+        assert name and "/" not in name and not name.startswith("."), name
+        return self.directory / f"{name}{suffix}"
