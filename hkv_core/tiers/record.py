@@ -14,8 +14,8 @@ restart trusts nothing it cannot check:
 | 8 + 8 | token range [start, end) |
 | 4 + 16 k | block keys of the range (k keys of 16 bytes) |
 | 8 | payload bytes (before padding) |
-| 16 | payload checksum (BLAKE2b-128) |
-| 16 | header checksum (BLAKE2b-128 of every byte above) |
+| 16 | payload checksum (XXH3-128) |
+| 16 | header checksum (XXH3-128 of every byte above) |
 
 then zeros to 4,096 bytes.  A torn or altered header fails its own checksum;
 a torn or altered payload fails the payload checksum; a record of another
@@ -24,11 +24,11 @@ layout fails the fingerprint: each raises RecordCorrupt, never returns bytes.
 
 from __future__ import annotations
 
-import hashlib
 import struct
 
 import attrs
 import numpy as np
+import xxhash
 from numpy.typing import NDArray
 
 from hkv_core.errors import RecordCorrupt
@@ -48,8 +48,9 @@ _FIXED = struct.Struct("<8sI16s")
 
 
 def checksum(data: bytes | memoryview) -> bytes:
-    """BLAKE2b-128: the payload and header checksum."""
-    return hashlib.blake2b(data, digest_size=DIGEST_BYTES).digest()
+    """XXH3-128, unseeded: the payload and header checksum (it detects torn and altered bytes; records are
+    trusted only within one cache's directory, so it needs no key; about ten times BLAKE2b's speed)."""
+    return bytes(xxhash.xxh3_128_digest(data))
 
 
 def padded(payload_bytes: int) -> int:

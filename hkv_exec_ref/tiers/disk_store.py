@@ -2,7 +2,8 @@
 
 `put(name, header, payload)` publishes a record only once it is durable: the
 header and the payload (padded to 4,096 bytes) are written to `name.tmp`,
-fsynced, renamed to `name.rec`, and the directory is fsynced.  Writes use
+fsynced, renamed to `name.rec`, and the directory is fsynced; `put_many`
+publishes a batch all or none with one directory fsync.  Writes use
 O_DIRECT where the platform and file system allow it; otherwise the buffered
 fallback is used and reported (`direct_io`, `fallback_reason`), never silent.
 `get(name)` returns the payload only if the header and the payload check
@@ -81,71 +82,86 @@ class DiskStore:
     # ------------------------------------------------------------------ write
 
     def put(self, name: str, header: RecordHeader, payload: bytes) -> None:
-        """Publish record `name` durably; TierFull over the budget, TierError on an I/O error (no record then:
-        the temporary file is removed)."""
-        assert header.payload_bytes == len(payload) and header.payload_checksum == checksum(payload)
-        size = HEADER_BYTES + padded(len(payload))
-        free = self.budget - self.used_bytes + self.sizes.get(name, 0)
-        if size > free:
-            raise TierFull(tier=TIER, record=name, needed=size, free=free, budget=self.budget)
-        data = bytearray(size)
-        data[:HEADER_BYTES] = pack_header(header)
-        data[HEADER_BYTES:HEADER_BYTES + len(payload)] = payload
-        temp, final = self._path(name, TEMP_SUFFIX), self._path(name, RECORD_SUFFIX)
+        """Publish record `name` durably (`put_many` of one)."""
+        self.put_many([(name, header, payload)])
+
+    def put_many(self, records: list[tuple[str, RecordHeader, bytes]]) -> None:
+        """Publish records durably, all or none: each is written and fsynced under its temporary name, then
+        all are renamed and the directory fsynced once.  TierFull over the budget, TierError on an I/O error
+        (the temporary files are removed: nothing is published)."""
+        free = self.budget - self.used_bytes
+        sizes = []
+        for name, header, payload in records:
+            assert header.payload_bytes == len(payload) and header.payload_checksum == checksum(payload)
+            sizes.append(HEADER_BYTES + padded(len(payload)))
+            free += self.sizes.get(name, 0)
+            if sizes[-1] > free:
+                raise TierFull(tier=TIER, record=name, needed=sizes[-1], free=free, budget=self.budget)
+            free -= sizes[-1]
+        written: list[Path] = []
         try:
-            self._write(temp, self._damaged(bytes(data), len(payload)))
+            for name, header, payload in records:
+                written.append(self._path(name, TEMP_SUFFIX))
+                self._write(written[-1], header, payload)
             if self.faults.take("crash_before_rename"):
-                raise Crash(name)
-            os.replace(temp, final)
+                raise Crash(records[0][0])
+            for temp, (name, _, _) in zip(written, records, strict=True):
+                os.replace(temp, self._path(name, RECORD_SUFFIX))
             self._fsync_directory()
         except OSError as err:
-            temp.unlink(missing_ok=True)
+            for temp in written:
+                temp.unlink(missing_ok=True)
             self.counts[f"write_{errno.errorcode.get(err.errno or 0, 'error')}"] += 1
-            raise TierError(tier=TIER, record=name, reason=f"write failed: {err.strerror}", errno=err.errno) from None
-        self.sizes[name] = size
-        self.counts["written"] += 1
+            raise TierError(tier=TIER, record=records[len(written) - 1][0], reason=f"write failed: {err.strerror}",
+                            errno=err.errno) from None
+        for (name, _, _), size in zip(records, sizes, strict=True):
+            self.sizes[name] = size
+        self.counts["written"] += len(records)
 
-    def _write(self, path: Path, data: bytes) -> None:
+    def _write(self, path: Path, header: RecordHeader, payload: bytes) -> None:
+        """Header and payload, built once in a page-aligned buffer, written (O_DIRECT where allowed), fsynced."""
         if self.faults.take("eio_write"):
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         if self.faults.take("enospc_write"):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        if self.direct_io and self._write_direct(path, data):
-            return
-        with open(path, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-
-    def _damaged(self, data: bytes, payload_bytes: int) -> bytes:
-        """The bytes that reach the file under the torn-write and flipped-byte faults (else `data`)."""
-        if self.faults.take("torn_write"):
-            return data[:len(data) // 2]
-        if self.faults.take("flip_byte") and payload_bytes:
-            at = HEADER_BYTES + int(np.random.default_rng(self.faults.seed).integers(payload_bytes))
-            return data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1:]
-        return data
-
-    def _write_direct(self, path: Path, data: bytes) -> bool:
-        """O_DIRECT from an aligned buffer; False (and the reason kept) when the file system refuses it."""
-        size = padded(len(data))
-        buffer = mmap.mmap(-1, size)  # page aligned
+        size = HEADER_BYTES + padded(len(payload))
+        buffer = mmap.mmap(-1, size)  # page aligned, zero filled
         try:
-            buffer[:len(data)] = data
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
-            except OSError as err:
-                self.direct_io, self.fallback_reason = False, f"O_DIRECT refused: {err.strerror}"
-                return False
-            try:
-                os.write(fd, buffer)
-                os.ftruncate(fd, len(data))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            return True
+            buffer[:HEADER_BYTES] = pack_header(header)
+            buffer[HEADER_BYTES:HEADER_BYTES + len(payload)] = payload
+            length = self._damage(buffer, len(payload))
+            if not (self.direct_io and self._write_direct(path, buffer, length)):
+                with open(path, "wb") as f:
+                    f.write(memoryview(buffer)[:length])
+                    f.flush()
+                    os.fsync(f.fileno())
         finally:
             buffer.close()
+
+    def _damage(self, buffer: mmap.mmap, payload_bytes: int) -> int:
+        """Apply the torn-write and flipped-byte faults to `buffer`; the bytes that reach the file."""
+        if self.faults.take("torn_write"):
+            return len(buffer) // 2
+        if self.faults.take("flip_byte") and payload_bytes:
+            at = HEADER_BYTES + int(np.random.default_rng(self.faults.seed).integers(payload_bytes))
+            buffer[at] ^= 0xFF
+        return len(buffer)
+
+    def _write_direct(self, path: Path, buffer: mmap.mmap, length: int) -> bool:
+        """O_DIRECT from the aligned buffer; False (and the reason kept) when the file system refuses it."""
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
+        except OSError as err:
+            self.direct_io, self.fallback_reason = False, f"O_DIRECT refused: {err.strerror}"
+            return False
+        try:
+            os.write(fd, buffer)
+            if length < len(buffer):
+                os.ftruncate(fd, length)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return True
 
     def _fsync_directory(self) -> None:
         fd = os.open(self.directory, os.O_RDONLY)
@@ -156,9 +172,9 @@ class DiskStore:
 
     # ------------------------------------------------------------------ read
 
-    def get(self, name: str) -> tuple[RecordHeader, bytes]:
-        """Header and payload of record `name`; RecordCorrupt (quarantined) when it does not check, TierError
-        when it is missing or the read fails."""
+    def get(self, name: str) -> tuple[RecordHeader, memoryview]:
+        """Header and payload (a read-only view, no copy) of record `name`; RecordCorrupt (quarantined) when it
+        does not check, TierError when it is missing or the read fails."""
         path = self._path(name, RECORD_SUFFIX)
         try:
             if self.faults.take("eio_read"):
@@ -169,7 +185,7 @@ class DiskStore:
             raise TierError(tier=TIER, record=name, reason=f"read failed: {err.strerror}", errno=err.errno) from None
         try:
             header = self._checked_header(data, name)
-            payload = data[HEADER_BYTES:HEADER_BYTES + header.payload_bytes]
+            payload = memoryview(data)[HEADER_BYTES:HEADER_BYTES + header.payload_bytes]
             if len(payload) != header.payload_bytes or checksum(payload) != header.payload_checksum:
                 raise RecordCorrupt(tier=TIER, record=name, reason="payload checksum mismatch (torn or altered)")
         except RecordCorrupt:
