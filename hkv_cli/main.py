@@ -22,6 +22,7 @@ from hkv_cli.demo_cmd import demo_command
 from hkv_cli.errors import FAILED, INTERNAL, INTERRUPTED, OK, USAGE
 from hkv_cli.inspect_cmd import inspect_command
 from hkv_cli.output import print_error
+from hkv_cli.replay_cmd import replay_command
 from hkv_cli.spec_cmd import spec_group
 from hkv_core.errors import HkvError
 
@@ -44,6 +45,7 @@ cli.add_command(demo_command)
 cli.add_command(check_command)
 cli.add_command(inspect_command)
 cli.add_command(spec_group)
+cli.add_command(replay_command)
 
 
 def wants_json(args: Sequence[str]) -> bool:

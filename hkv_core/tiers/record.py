@@ -36,9 +36,9 @@ from hkv_core.errors import RecordCorrupt
 __all__ = ["ALIGN_BYTES", "FORMAT_VERSION", "HEADER_BYTES", "MAGIC", "MAX_KEYS", "RecordHeader", "checksum",
            "pack_header", "padded", "unpack_header"]
 
-MAGIC = b"HKVREC\x00\x01"
-FORMAT_VERSION = 1
-HEADER_BYTES = 4096
+MAGIC = b"HKVREC\x00\x01"  # a record's first bytes
+FORMAT_VERSION = 1  # bumped when the header's layout changes (older records are then quarantined)
+HEADER_BYTES = 4096  # the header, zero padded
 ALIGN_BYTES = 4096  # header and payload sizes: direct I/O's alignment
 DIGEST_BYTES = 16
 KEY_BYTES = 16

@@ -131,3 +131,20 @@ def test_paths_with_brackets_print_as_written(tmp_path: Path) -> None:
                "--impl-depth", "0")
     assert done.returncode == 0, done.stderr
     assert "life[bold]cycle.toml" in " ".join(done.stdout.split()).replace(" ", "")
+
+
+def test_replay_json_and_a_malformed_trace(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    lines = [{"timestamp": i, "input_length": 5, "output_length": 1, "hash_ids": [ord(c), 1000 + i]}
+             for i, c in enumerate("ABCADAB")]
+    trace.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    done = hkv("replay", str(trace), "--block-tokens", "4", "--capacity-tokens", "16", "--policy", "lru",
+               "--policy", "belady", "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert (out["hit_blocks"], out["blocks"]) == (2, 14) and [r["policy"] for r in out["results"]] == ["lru", "belady"]
+    assert out["results"][1]["hit_blocks"] == 3 and out["block_hit_rate"] == round(2 / 14, 4)
+    trace.write_text(json.dumps(lines[0]) + "\n{broken\n")
+    bad = hkv("replay", str(trace), "--block-tokens", "4", "--json")
+    assert bad.returncode == 2 and json.loads(bad.stdout)["error"]["fields"]["key"] == "line"
+    assert hkv("replay", str(trace), "--capacity-tokens", "lots").returncode == 2

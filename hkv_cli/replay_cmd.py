@@ -1,0 +1,134 @@
+"""`hkv replay`: a Mooncake-format trace through the CacheManager's metadata path; hit rates per capacity.
+
+One capacity (`--capacity-tokens N`, or `inf`) prints one result; `--sweep`
+replays at 1k, 3k, 10k and 30k blocks and unbounded, prints a table and
+writes `replay_sweep.png` (hit rate against capacity, one line per policy;
+needs matplotlib).  docs/replay.md says how hits are counted.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from hkv_cli.errors import OK, output_folder, writing
+from hkv_cli.output import console, out, plain, print_json
+from hkv_core.layout import preset_names
+from hkv_core.manager.config_bounds import MAX_REQUEST_TOKENS
+from hkv_core.replay import POLICIES, ReplayConfig, ReplayResult, TraceRequest, read_trace, replay
+
+SWEEP_BLOCKS = (1_000, 3_000, 10_000, 30_000, None)  # None: unbounded
+CHART_NAME = "replay_sweep.png"
+MAX_CAPACITY_TOKENS = 1 << 40
+
+
+def capacity(value: str) -> int | None:
+    """`inf` or a token count."""
+    if value.strip().lower() in ("inf", "infinite", "unbounded"):
+        return None
+    try:
+        tokens = int(value.replace(",", "").replace("_", ""))
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is neither a token count nor 'inf'") from None
+    if not 1 <= tokens <= MAX_CAPACITY_TOKENS:
+        raise click.BadParameter(f"{tokens} is not in the range 1<=x<={MAX_CAPACITY_TOKENS}")
+    return tokens
+
+
+@click.command("replay")
+@click.argument("trace", type=click.Path(dir_okay=False))
+@click.option("--policy", "policies", type=click.Choice(POLICIES), multiple=True, default=("lru",), show_default=True,
+              help="Eviction policy (repeat the option to compare several).")
+@click.option("--capacity-tokens", default="inf", show_default=True,
+              help="Tokens the cache holds per pool (a count, or 'inf' for unbounded).")
+@click.option("--layout", default="llama_full", show_default=True, type=click.Choice(preset_names()),
+              help="Preset layout whose manager replays the trace.")
+@click.option("--block-tokens", default=512, show_default=True, type=click.IntRange(1, MAX_REQUEST_TOKENS),
+              help="Tokens per block: the trace's hash ids name blocks of this size.")
+@click.option("--sweep", is_flag=True, help="Replay at 1k, 3k, 10k, 30k blocks and unbounded; table and PNG.")
+@click.option("--out", "out_dir", default="out", show_default=True, type=click.Path(file_okay=False),
+              help="Folder for the sweep's PNG (replay_sweep.png); created if missing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+def replay_command(trace: str, policies: tuple[str, ...], capacity_tokens: str, layout: str, block_tokens: int,
+                   sweep: bool, out_dir: str, as_json: bool) -> None:
+    """Replay TRACE (Mooncake JSON lines) through the cache manager; print block and token hit rates."""
+    requests = read_trace(trace, block_tokens)
+    capacities = [None if b is None else b * block_tokens for b in SWEEP_BLOCKS] if sweep \
+        else [capacity(capacity_tokens)]
+    runs = [(p, c) for p in policies for c in capacities]
+    results = []
+    with Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True, disable=as_json) as bar:
+        task = bar.add_task("replaying", total=len(runs) * len(requests))
+        for n, (policy, cap) in enumerate(runs):
+            config = ReplayConfig(layout=layout, block_tokens=block_tokens, capacity_tokens=cap, policy=policy)
+            base = n * len(requests)
+
+            def advance(done: int, base: int = base) -> None:
+                bar.update(task, completed=base + done)
+
+            results.append(replay(requests, config, progress=advance))
+    chart = _chart(results, Path(out_dir), block_tokens) if sweep else None
+    if as_json:
+        first = results[0].to_dict()
+        print_json({**first, "results": [r.to_dict() for r in results], "chart": str(chart) if chart else None})
+    else:
+        _print(results, requests, block_tokens, chart, sweep)
+    raise SystemExit(OK)
+
+
+def _print(results: list[ReplayResult], requests: list[TraceRequest], block_tokens: int, chart: Path | None,
+           sweep: bool) -> None:
+    table = Table(title=f"hkv replay: {len(requests):,} requests, blocks of {block_tokens} tokens")
+    for column in ("policy", "capacity (blocks)", "block hit rate", "token hit rate", "evicted blocks",
+                   "requests / s"):
+        table.add_column(column, justify="left" if column == "policy" else "right")
+    for r in results:
+        cap = "unbounded" if r.capacity_tokens is None else f"{r.capacity_tokens // block_tokens:,}"
+        table.add_row(plain(r.policy), cap, f"{r.block_hit_rate:.3f}", f"{r.token_hit_rate:.3f}",
+                      f"{r.evicted_blocks:,}", f"{r.requests_per_second:,.0f}")
+    out.print(table)
+    if sweep:
+        out.print(f"chart: {plain(chart)}" if chart else
+                  plain("chart skipped: matplotlib is not installed (pip install 'hkv[plot]')"), highlight=False)
+
+
+def _chart(results: list[ReplayResult], folder: Path, block_tokens: int) -> Path | None:
+    """Hit rate against capacity, one line per policy (the unbounded run as a dashed line)."""
+    if importlib.util.find_spec("matplotlib") is None:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder = output_folder("--out", folder)
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+    by_policy: dict[str, list[ReplayResult]] = {}
+    for r in results:
+        by_policy.setdefault(r.policy, []).append(r)
+    for policy, runs in by_policy.items():
+        bounded = [r for r in runs if r.capacity_tokens is not None]
+        line = ax.plot([r.capacity_tokens // block_tokens for r in bounded],  # type: ignore[operator]
+                       [r.block_hit_rate for r in bounded], marker="o", label=policy)
+        for r in runs:
+            if r.capacity_tokens is None:
+                ax.axhline(r.block_hit_rate, linestyle="--", color=line[0].get_color(), linewidth=0.8,
+                           label=f"{policy}, unbounded")
+    ax.set_xscale("log")
+    ax.set_xlabel(f"capacity (blocks of {block_tokens} tokens)")
+    ax.set_ylabel("block hit rate")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = folder / CHART_NAME
+    with writing("--out", path):
+        fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+__all__ = ["capacity", "replay_command"]

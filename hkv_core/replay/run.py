@@ -1,0 +1,161 @@
+"""Replay a request trace through the real CacheManager's metadata path (no model, no bytes).
+
+Each request, in timestamp order, is served whole: add_request (its prompt
+hashed into block keys), match, acquire, allocate and commit every token
+after the hit, release; allocation evicts under the manager's policy when the
+pools (sized from `capacity_tokens`) are full.  Outputs are not inserted (the
+trace's later inputs already contain earlier turns).  A request whose
+uncached part does not fit even an empty cache is counted as uncached and
+computes everything.
+
+Hits differ from a plain block-level simulation in two ways, both by design:
+the prompt's last, partial block is never cached (only complete blocks get
+keys), and a hit leaves at least one token to compute (a prompt cached whole
+resumes one block before its end).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import attrs
+import numpy as np
+from numpy.typing import NDArray
+
+from hkv_core.errors import ConfigError, OutOfPages
+from hkv_core.layout import Layout
+from hkv_core.manager import CacheManager, ManagerConfig
+from hkv_core.replay.belady import NEVER, BeladyPolicy
+from hkv_core.replay.trace import TraceRequest, prompt_of
+
+__all__ = ["POLICIES", "ReplayConfig", "ReplayResult", "manager_for", "next_uses", "replay"]
+
+POLICIES = ("lru", "belady")  # eviction policies a replay can run (belady: offline, from the replay's hints)
+SPARE_PAGES = 16  # beyond the trace's unique blocks, for an "infinite" cache
+
+
+@attrs.frozen(kw_only=True)
+class ReplayConfig:
+    """What to replay on: a preset layout at `block_tokens`, pools holding `capacity_tokens` (None: every
+    block of the trace fits), and an eviction policy."""
+
+    layout: str = "llama_full"
+    block_tokens: int = 512
+    capacity_tokens: int | None = None
+    policy: str = "lru"
+
+    def __attrs_post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ConfigError(f"unknown policy {self.policy!r}; the choices: {', '.join(POLICIES)}",
+                              source="replay", key="policy")
+        if self.capacity_tokens is not None and self.capacity_tokens < self.block_tokens:
+            raise ConfigError(f"must hold at least one block of {self.block_tokens} tokens, got "
+                              f"{self.capacity_tokens}", source="replay", key="capacity_tokens")
+
+
+@attrs.frozen(kw_only=True)
+class ReplayResult:
+    """Hit rates and counts of one replay."""
+
+    layout: str
+    policy: str
+    capacity_tokens: int | None
+    requests: int
+    prompt_tokens: int
+    blocks: int  # the trace's blocks (hash ids), partial last blocks included
+    hit_tokens: int
+    hit_blocks: int
+    tokens_recomputed: int
+    evicted_blocks: int
+    uncached_requests: int  # too large for the cache: computed whole, nothing kept
+    seconds: float
+    hits: tuple[int, ...] = attrs.field(default=(), repr=False)  # each request's hit tokens, in replay order
+
+    @property
+    def block_hit_rate(self) -> float:
+        return self.hit_blocks / max(1, self.blocks)
+
+    @property
+    def token_hit_rate(self) -> float:
+        return self.hit_tokens / max(1, self.prompt_tokens)
+
+    @property
+    def requests_per_second(self) -> float:
+        return self.requests / max(self.seconds, 1e-9)
+
+    def to_dict(self) -> dict[str, object]:
+        out = attrs.asdict(self)
+        del out["hits"]  # one number per request: in the result, not in its summary
+        out.update(block_hit_rate=round(self.block_hit_rate, 4), token_hit_rate=round(self.token_hit_rate, 4),
+                   requests_per_second=round(self.requests_per_second, 1))
+        return out
+
+
+def manager_for(requests: Sequence[TraceRequest], config: ReplayConfig) -> CacheManager:
+    """A manager whose every pool holds `capacity_tokens` (or every block of the trace)."""
+    layout = Layout.from_preset(config.layout, block_tokens=config.block_tokens)
+    capacity = config.capacity_tokens
+    if capacity is None:
+        unique = len({(i, h) for r in requests for i, h in enumerate(r.hash_ids)})
+        capacity = (unique + SPARE_PAGES) * config.block_tokens
+    pages = {spec.name: max(1, capacity // spec.tokens_per_page) for spec in layout.pools}
+    longest = max(r.input_length for r in requests)
+    return CacheManager(layout, ManagerConfig(pool_pages=pages, max_requests=1, max_request_tokens=longest,
+                                              key_seed=0))
+
+
+def _serve(m: CacheManager, tokens: NDArray[np.int64], belady: BeladyPolicy | None,
+           future: NDArray[np.int64] | None) -> tuple[int, bool]:
+    """One request, start to end: (its hit tokens, whether its uncached part fitted the cache)."""
+    rid = m.add_request(tokens)
+    try:
+        hit = m.match(rid)
+        m.acquire(rid, hit)
+        try:
+            m.allocate(rid, len(tokens) - hit.tokens)
+        except OutOfPages:
+            return hit.tokens, False
+        m.commit(rid, len(tokens) - hit.tokens)
+        return hit.tokens, True
+    finally:
+        if belady is not None and future is not None:  # release touches the chain: its next uses first
+            chain = np.asarray(m.chain(rid), np.int32)
+            belady.hint(chain, future[:len(chain)])
+        m.release(rid)
+
+
+def next_uses(requests: Sequence[TraceRequest]) -> list[NDArray[np.int64]]:
+    """Per request, per block position: the index of the next request with the same block there (NEVER: none)."""
+    seen: dict[tuple[int, int], int] = {}
+    out: list[NDArray[np.int64]] = [np.zeros(0, np.int64)] * len(requests)
+    for i in range(len(requests) - 1, -1, -1):
+        ids = requests[i].hash_ids
+        out[i] = np.array([seen.get((j, h), NEVER) for j, h in enumerate(ids)], np.int64)
+        seen.update(((j, h), i) for j, h in enumerate(ids))
+    return out
+
+
+def replay(requests: Sequence[TraceRequest], config: ReplayConfig,
+           progress: Callable[[int], None] | None = None) -> ReplayResult:
+    """Serve every request through a fresh manager; `progress(done)` every 100 requests."""
+    m = manager_for(requests, config)
+    belady, future = None, None
+    if config.policy == "belady":  # the offline optimum: the index orders eviction by the replay's hints
+        belady = m.core.index.policy = BeladyPolicy(m.core.limits.block_rows)
+        future = next_uses(requests)
+    bt, hits, uncached = config.block_tokens, [], 0
+    began = time.perf_counter()
+    for done, request in enumerate(requests, 1):
+        hit, fitted = _serve(m, prompt_of(request, bt), belady, future[done - 1] if future is not None else None)
+        hits.append(hit)
+        uncached += not fitted
+        if progress is not None and done % 100 == 0:
+            progress(done)
+    seconds = time.perf_counter() - began
+    prompt, hit_tokens = sum(r.input_length for r in requests), sum(hits)
+    return ReplayResult(layout=config.layout, policy=config.policy, capacity_tokens=config.capacity_tokens,
+                        requests=len(requests), prompt_tokens=prompt, blocks=sum(len(r.hash_ids) for r in requests),
+                        hit_tokens=hit_tokens, hit_blocks=hit_tokens // bt,  # hits end on block boundaries
+                        tokens_recomputed=prompt - hit_tokens, evicted_blocks=m.stats["evicted_blocks"],
+                        uncached_requests=uncached, seconds=round(seconds, 3), hits=tuple(hits))

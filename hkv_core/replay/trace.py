@@ -1,0 +1,95 @@
+"""Mooncake-format request traces: one JSON object per line, read whole and checked before any replay.
+
+Fields: `timestamp` (ms, >= 0), `input_length` (tokens, >= 1), `output_length`
+(tokens, >= 0), `hash_ids` (one per block of `block_tokens` prompt tokens,
+prefix-chained: equal id at equal position means an equal prefix up to it;
+`len(hash_ids) == ceil(input_length / block_tokens)`, the last block may be
+partial).  A malformed line raises ConfigError naming the line and the field;
+nothing is replayed from a trace with one bad line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import attrs
+import numpy as np
+from numpy.typing import NDArray
+
+from hkv_core.errors import ConfigError
+
+__all__ = ["MAX_TRACE_BYTES", "TraceRequest", "block_tokens_of", "prompt_of", "read_trace"]
+
+MAX_TRACE_BYTES = 1 << 30  # a trace is read whole: at most 1 GiB (the shared Mooncake trace is 3.6 MB)
+MAX_HASH_ID = 2**31 - 1  # a block's first token is its hash id: token ids are below 2**31
+
+
+@attrs.frozen(kw_only=True)
+class TraceRequest:
+    """One trace line."""
+
+    timestamp: float
+    input_length: int
+    output_length: int
+    hash_ids: tuple[int, ...]
+
+
+def _int(line: int, source: str, record: dict[str, object], key: str, low: int) -> int:
+    value = record.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"line {line}: must be an integer >= {low}, got {value!r}", source=source, key=key)
+    return value
+
+
+def _request(line: int, source: str, text: str, block_tokens: int) -> TraceRequest:
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"line {line}: not JSON ({err.msg})", source=source, key="line") from None
+    if not isinstance(record, dict):
+        raise ConfigError(f"line {line}: not a JSON object", source=source, key="line")
+    stamp = record.get("timestamp")
+    if isinstance(stamp, bool) or not isinstance(stamp, int | float) or not 0 <= stamp < float("inf"):
+        raise ConfigError(f"line {line}: must be a number >= 0, got {stamp!r}", source=source, key="timestamp")
+    length = _int(line, source, record, "input_length", 1)
+    out = _int(line, source, record, "output_length", 0)
+    ids = record.get("hash_ids")
+    if not isinstance(ids, list) or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i <= MAX_HASH_ID
+                                        for i in ids):
+        raise ConfigError(f"line {line}: must be a list of integers in [0, {MAX_HASH_ID}]", source=source,
+                          key="hash_ids")
+    if len(ids) != -(-length // block_tokens):
+        raise ConfigError(f"line {line}: {len(ids)} hash ids for {length} tokens in blocks of {block_tokens} "
+                          f"(needs {-(-length // block_tokens)})", source=source, key="hash_ids")
+    return TraceRequest(timestamp=float(stamp), input_length=length, output_length=out, hash_ids=tuple(ids))
+
+
+def read_trace(path: str | Path, block_tokens: int) -> list[TraceRequest]:
+    """Every request of the trace at `path`, in timestamp order (stable); ConfigError for a missing or
+    oversized file or any malformed line."""
+    source = str(path)
+    try:
+        if Path(path).stat().st_size > MAX_TRACE_BYTES:
+            raise ConfigError(f"larger than {MAX_TRACE_BYTES:,} bytes", source=source, key="file")
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"cannot read the trace: {err}", source=source, key="file") from None
+    requests = [_request(i, source, text, block_tokens) for i, text in enumerate(lines, 1) if text.strip()]
+    if not requests:
+        raise ConfigError("no requests in the trace", source=source, key="file")
+    return sorted(requests, key=lambda r: r.timestamp)
+
+
+def block_tokens_of(hash_id: int, block_tokens: int) -> NDArray[np.int64]:
+    """The tokens of block `hash_id`: its id, then zeros (blocks of different ids differ in their first token)."""
+    out = np.zeros(block_tokens, np.int64)
+    out[0] = hash_id
+    return out
+
+
+def prompt_of(request: TraceRequest, block_tokens: int) -> NDArray[np.int64]:
+    """A request's prompt tokens: its blocks' tokens, the last block cut to `input_length`."""
+    tokens = np.zeros(len(request.hash_ids) * block_tokens, np.int64)
+    tokens[::block_tokens] = request.hash_ids
+    return tokens[:request.input_length]
