@@ -277,3 +277,19 @@ def test_machine_catches_an_accept_that_keeps_rejected_pages(monkeypatch: pytest
 
     monkeypatch.setattr(Role, "settle_draft", keep_all)
     _machine_fails(monkeypatch, "differs from an allocation|invariant violated|a rejected step")
+
+
+def test_machine_example_propose_evicts_to_make_room() -> None:
+    """Found by the state machine: propose may evict (as allocate does) when the pools are full, so a rejected
+    step gives the request back its state but the cache keeps what eviction freed; the rule allows that."""
+    machine = make_manager_machine("tiny_v4", default_pool_pages=24, retain_every_blocks=2, max_requests=4)()
+    machine.warm_up(cold=0, salt=None)
+    machine.serve_request(salt=None, suffix_seed=0, suffix_steps=32, system=0)
+    machine.serve_request(salt=None, suffix_seed=0, suffix_steps=28, system=2)
+    rid = machine.add_request(salt=None, suffix_seed=0, suffix_steps=0, system=0)
+    machine.schedule_step(kind=1, scaled=1, units=1)
+    before = machine.manager.stats["evicted_blocks"] + machine.manager.stats["evicted_points"]
+    machine.speculate(rid=rid, k=1, accepted=0, interleave="nothing", seed=0)
+    assert machine.manager.stats["evicted_blocks"] + machine.manager.stats["evicted_points"] > before
+    machine.state_is_consistent()
+    machine.teardown()
