@@ -38,8 +38,6 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from hkv_core.arrays import distinct
-
 EMPTY = -1
 PENDING = -2  # a probe round's verdict for a key whose window holds neither it nor an empty slot
 MIN_CAPACITY = 1024
@@ -108,6 +106,11 @@ class KeyTable:
         """The id of one key (shape (2,)), EMPTY when absent."""
         lo = int(key[1])
         return self._find(int(key[0]), lo, lo % self.size)[1]
+
+    def find_row(self, keys: NDArray[np.uint64], row: int) -> int:
+        """The id of key `keys[row]` (keys of shape (n, 2)), EMPTY when absent."""
+        lo = keys.item(row, 1)
+        return self._find(keys.item(row, 0), lo, lo % self.size)[1]
 
     def _probe(self, rows: NDArray[np.void], keys: NDArray[np.void], slot: NDArray[np.intp],
                width: int) -> NDArray[np.int32]:
@@ -217,13 +220,14 @@ class KeyTable:
     def _remove_bulk(self, ids: NDArray[np.int32]) -> None:
         holes = self._slots_of(ids)
         self.ids[holes] = EMPTY
-        runs, pos = [], (holes + 1) % self.size
-        while pos.size:  # walk every run after a hole to its end, all runs at once
-            occupied = self.ids[pos] != EMPTY
-            pos = pos[occupied]
-            runs.append(pos)
-            pos = (pos + 1) % self.size
-        moved = distinct(np.concatenate(runs)) if runs else np.zeros(0, np.intp)
+        # The run after each hole ends at the first empty slot after it (cyclically): one search over the
+        # empty slots finds every end at once.  Runs hold no empty slot, so they are disjoint.
+        empties = np.flatnonzero(self.ids == EMPTY)  # the holes among them
+        ends = np.append(empties, empties[0] + self.size)[np.searchsorted(empties, holes, side="right")]
+        lengths = ends - holes - 1
+        total = int(lengths.sum())
+        starts = np.repeat(holes + 1 - (np.cumsum(lengths) - lengths), lengths)
+        moved = np.sort((starts + np.arange(total)) % self.size)
         entries = self.ids[moved]
         self.ids[moved] = EMPTY
         self.count -= len(ids) + len(entries)
