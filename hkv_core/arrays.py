@@ -8,15 +8,25 @@ lifecycle steps; empty masks: False / True).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
+from numpy._core import multiarray
 from numpy.typing import NDArray
 
-_count = np.count_nonzero
+# The C function itself: `np.count_nonzero` is a Python wrapper around it (about 0.15 us a call).
+_count: Callable[[Any], int] = multiarray.count_nonzero
 
 
 def any_true(mask: NDArray[np.bool_]) -> bool:
     """Is any element True?"""
     return bool(_count(mask))
+
+
+def any_nonzero(values: NDArray[Any]) -> bool:
+    """Is any element non-zero (an id array holding some id other than 0, say)?"""
+    return bool(_count(values))
 
 
 def all_true(mask: NDArray[np.bool_]) -> bool:

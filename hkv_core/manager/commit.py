@@ -89,7 +89,7 @@ def _plan_points(core: Core, req: RequestState,
         return None
     due = np.array(req.pending_points[:cut], np.int64)
     del req.pending_points[:cut]
-    blocks = req.chain.view()[due // core.block_tokens - 1]
+    blocks = req.chain.view()[due // core.block_tokens - 1].astype(np.intp)  # (intp: faster gathers)
     keep = core.index.blocks.point[blocks] == NO_POINT
     for role in core.roles:
         ready = role.points_ready(req, due, moves)

@@ -20,6 +20,7 @@ MIN_ROOM = 16
 EMPTY_VALUES: tuple[int, ...] = ()
 # Shared zero-length rooms of empty lists: no element of them can ever be written (extend reallocates first).
 NO_ROOM = {np.dtype(t): np.empty(0, t) for t in (np.int32, np.int64)}
+NO_ROOM_OF: dict[type, NDArray[Any]] = {t: NO_ROOM[np.dtype(t)] for t in (np.int32, np.int64)}  # by scalar type
 
 
 def appended(view: NDArray[Any], room: NDArray[Any] | None,
@@ -54,7 +55,8 @@ class IdList:
     def __init__(self, values: ArrayLike = EMPTY_VALUES, dtype: type[np.signedinteger[Any]] = np.int32) -> None:
         self._data: Ids
         if values is EMPTY_VALUES:  # the common case (a request's new tables): no array until the first extend
-            self._data, self._len = NO_ROOM[np.dtype(dtype)], 0
+            room = NO_ROOM_OF.get(dtype)
+            self._data, self._len = (NO_ROOM[np.dtype(dtype)] if room is None else room), 0
             return
         ids = _flat(values, dtype)
         self._data = np.empty(max(MIN_ROOM, 2 * len(ids)), dtype)

@@ -37,6 +37,9 @@ class ObjectTable(Protocol):
     def pools(self) -> Sequence[FreePages]: ...
 
     @property
+    def runs(self) -> tuple[Index, Sequence[tuple[FreePages, Index]]] | None: ...
+
+    @property
     def owner(self) -> NDArray[np.int32]: ...
 
     @property

@@ -21,30 +21,40 @@ Index = NDArray[np.intp]
 class ObjectView:
     """GuardView over `objs`, `actor` acting (a request slot, or -1)."""
 
-    __slots__ = ("pools", "objs", "actor")
+    __slots__ = ("pools", "objs", "actor", "_owners")
 
     def __init__(self, pools: ObjectTable, objs: Index, actor: int) -> None:
         self.pools, self.objs, self.actor = pools, objs, actor
+        self._owners: NDArray[np.int32] | None = None
+
+    def owners(self) -> NDArray[np.int32]:
+        """The objects' owners (gathered once per view: several guards read them)."""
+        if self._owners is None:
+            self._owners = self.pools.owner[self.objs]
+        return self._owners
 
     def slot_available(self) -> bool:
         """Each pool has a free page for every one of its objects in the step."""
         p = self.pools
+        runs = p.runs
+        if runs is not None and runs[0] is self.objs:  # the step's split by pool is known (reserve): no counting
+            return all(part.size <= pool.free_slot_count for pool, part in runs[1])
         wanted = np.bincount(p.pool[self.objs], minlength=len(p.pools))
         free = np.array([pool.free_slot_count for pool in p.pools])
         return bool(all_true(wanted <= free))
 
     def is_owner(self) -> NDArray[np.bool_]:
-        owned: NDArray[np.bool_] = self.pools.owner[self.objs] == np.int32(self.actor)
+        owned: NDArray[np.bool_] = self.owners() == self.actor
         return owned
 
     def rows_full(self) -> NDArray[np.bool_]:
         p = self.pools
-        full: NDArray[np.bool_] = p.requests.committed[p.owner[self.objs]] >= p.full_token[self.objs]
+        full: NDArray[np.bool_] = p.requests.committed[self.owners()] >= p.full_token[self.objs]
         return full
 
     def rows_written(self) -> NDArray[np.int64]:
         p = self.pools
-        written: NDArray[np.int64] = p.requests.committed[p.owner[self.objs]] - p.row_token[self.objs] + 1
+        written: NDArray[np.int64] = p.requests.committed[self.owners()] - p.row_token[self.objs] + 1
         return np.maximum(written, 0)
 
     def leased_by_actor(self) -> NDArray[np.bool_]:

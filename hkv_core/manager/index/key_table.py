@@ -21,8 +21,10 @@ Lookups and inserts are vectorized over a whole prompt's keys: a round probes
 a window of slots per pending key with a few array operations laid out
 (window slots, keys), so each operation runs along the keys.  Large batches
 probe one slot a round (the window would multiply the gathered bytes); once
-at most `BULK_KEYS` keys are left a round reads `WINDOW_SLOTS` slots, which
-settles nearly every key at load 2/3.  In an insert round the keys that reach
+at most `BULK_KEYS` keys are left a round reads `WINDOW_SLOTS` slots (an
+insert round of at most `INSERT_WINDOW_KEYS` keys `INSERT_WINDOW_SLOTS`: it
+looks for an empty slot, which at load 2/3 lies further on), which settles
+nearly every key.  In an insert round the keys that reach
 the same empty slot are told apart by a scatter into a scratch array (each
 writes its index at its slot; the one that reads its own index back wins).
 The last `SCALAR_KEYS` keys of a long chain finish in a plain Python loop, so
@@ -38,18 +40,19 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from hkv_core.arrays import distinct
-
 EMPTY = -1
 PENDING = -2  # a probe round's verdict for a key whose window holds neither it nor an empty slot
 MIN_CAPACITY = 1024
 MAX_LOAD_NUM, MAX_LOAD_DEN = 2, 3
-WINDOW_SLOTS = 8  # slots a round reads per key once at most BULK_KEYS keys are pending
+WINDOW_SLOTS = 8  # slots a lookup round reads per key once at most BULK_KEYS keys are pending
+INSERT_WINDOW_SLOTS = 32  # slots an insert round reads per key: at load 2/3 a window of 8 leaves ~1 key in 6
+# without an empty slot (another round, or a scalar scan along a long run); one of 32 settles nearly all
+INSERT_WINDOW_KEYS = 256  # ... for batches up to this many keys (larger ones: the wide window gathers too much)
 BULK_KEYS = 2048
 SCALAR_KEYS = 8  # pending keys at or below this count finish in a Python loop
 BULK_REMOVE_KEYS = 32  # removals above this count run in array rounds
 V16 = np.dtype("V16")
-OFFSETS = np.arange(WINDOW_SLOTS, dtype=np.intp)[:, None]
+OFFSETS = np.arange(max(WINDOW_SLOTS, INSERT_WINDOW_SLOTS), dtype=np.intp)[:, None]
 
 
 class KeySource(Protocol):
@@ -109,6 +112,11 @@ class KeyTable:
         lo = int(key[1])
         return self._find(int(key[0]), lo, lo % self.size)[1]
 
+    def find_row(self, keys: NDArray[np.uint64], row: int) -> int:
+        """The id of key `keys[row]` (keys of shape (n, 2)), EMPTY when absent."""
+        lo = keys.item(row, 1)
+        return self._find(keys.item(row, 0), lo, lo % self.size)[1]
+
     def _probe(self, rows: NDArray[np.void], keys: NDArray[np.void], slot: NDArray[np.intp],
                width: int) -> NDArray[np.int32]:
         """One round over `width` slots from `slot` per key: its id, EMPTY when absent (an empty
@@ -159,7 +167,7 @@ class KeyTable:
                 self.scratch = np.empty(len(self.ids), np.int32)
             scratch = self.scratch
             while todo.size > SCALAR_KEYS:
-                width = _width(todo.size)
+                width = _width(todo.size, INSERT_WINDOW_SLOTS if todo.size <= INSERT_WINDOW_KEYS else WINDOW_SLOTS)
                 todo, slot = self._claim(scratch, ids, todo, slot, width)
         for i, start in zip(todo.tolist(), slot.tolist(), strict=True):
             self.ids[self._empty_slot(start % self.size)] = ids[i]
@@ -217,13 +225,14 @@ class KeyTable:
     def _remove_bulk(self, ids: NDArray[np.int32]) -> None:
         holes = self._slots_of(ids)
         self.ids[holes] = EMPTY
-        runs, pos = [], (holes + 1) % self.size
-        while pos.size:  # walk every run after a hole to its end, all runs at once
-            occupied = self.ids[pos] != EMPTY
-            pos = pos[occupied]
-            runs.append(pos)
-            pos = (pos + 1) % self.size
-        moved = distinct(np.concatenate(runs)) if runs else np.zeros(0, np.intp)
+        # The run after each hole ends at the first empty slot after it (cyclically): one search over the
+        # empty slots finds every end at once.  Runs hold no empty slot, so they are disjoint.
+        empties = np.flatnonzero(self.ids == EMPTY)  # the holes among them
+        ends = np.append(empties, empties[0] + self.size)[np.searchsorted(empties, holes, side="right")]
+        lengths = ends - holes - 1
+        total = int(lengths.sum())
+        starts = np.repeat(holes + 1 - (np.cumsum(lengths) - lengths), lengths)
+        moved = np.sort((starts + np.arange(total)) % self.size)
         entries = self.ids[moved]
         self.ids[moved] = EMPTY
         self.count -= len(ids) + len(entries)
@@ -262,6 +271,6 @@ def _as_rows(keys: NDArray[np.uint64]) -> NDArray[np.void]:
     return rows
 
 
-def _width(pending_keys: int) -> int:
+def _width(pending_keys: int, window: int = WINDOW_SLOTS) -> int:
     """Slots a round reads per key: one for a bulk batch, else a window."""
-    return 1 if pending_keys > BULK_KEYS else WINDOW_SLOTS
+    return 1 if pending_keys > BULK_KEYS else window

@@ -68,11 +68,11 @@ class LruPolicy:
             self.pos[chain] = -1  # re-entered below: their old entries go with the compaction
             self._compact()
         assert self.length + count <= len(self.queue), "one entry per live block fits, with the chain's"
-        where = np.arange(self.length, self.length + count, dtype=np.int32)
-        deepest_first = chain[::-1]
-        self.queue[where] = deepest_first
-        self.pos[deepest_first] = where
-        self.length += count
+        end = self.length + count
+        deepest_first = chain[::-1].astype(np.intp)  # (an intp index scatters faster than int32)
+        self.queue[self.length:end] = deepest_first
+        self.pos[deepest_first] = np.arange(self.length, end, dtype=np.int32)
+        self.length = end
 
     def forget(self, blocks: Blocks) -> None:
         self.pos[blocks] = -1

@@ -40,6 +40,7 @@ class PrefixIndex:
         self.policy: EvictionPolicy = LruPolicy(limits.block_rows)
         self.requests = requests
         self.log = log  # cache events (None: not recorded)
+        self.hint = 0  # matched's last answer (where its search starts; any value gives the same answers)
 
     # ------------------------------------------------------------------ lookups
 
@@ -52,13 +53,28 @@ class PrefixIndex:
         """
         present, absent = 0, len(keys) + 1  # keys[:present] indexed, keys[:absent] not
         last = NO_BLOCK
+        find = self.keys.find_row
+        hint = self.hint  # the last answer: requests sharing a system prompt stop where the last one did
+        if 0 < hint < absent:
+            found = find(keys, hint - 1)
+            if found == EMPTY:
+                absent = hint
+            else:
+                present, last = hint, found
+                if hint < len(keys):
+                    found = find(keys, hint)
+                    if found == EMPTY:
+                        absent = hint + 1
+                    else:
+                        present, last = hint + 1, found
         while absent - present > 1:
             mid = (present + absent) // 2
-            found = self.keys.find(keys[mid - 1])
+            found = find(keys, mid - 1)
             if found == EMPTY:
                 absent = mid
             else:
                 present, last = mid, found
+        self.hint = present
         if present > WALK_BLOCKS:  # a long chain: one vectorized lookup beats a Python walk
             return self.keys.lookup(keys[:present])
         return self.blocks.ancestors(last, present)
@@ -150,4 +166,5 @@ class PrefixIndex:
         twin.keys = self.keys.clone(twin.blocks)
         twin.policy = self.policy.clone()
         twin.requests, twin.log = requests, None if self.log is None else self.log.clone()
+        twin.hint = self.hint
         return twin

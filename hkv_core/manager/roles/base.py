@@ -206,7 +206,7 @@ class Role:
 
     def owned(self, req: RequestState, objs: NDArray[np.integer]) -> Bools:
         """Which of `objs` the request owns (RESERVED or READY, not yet published)."""
-        mine: Bools = self.objects.owner[objs] == np.int32(req.slot)
+        mine: Bools = self.objects.owner[objs] == req.slot
         return mine
 
     def give_back(self, req: RequestState, objs: NDArray[np.integer], moves: Moves) -> None:

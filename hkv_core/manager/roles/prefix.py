@@ -17,7 +17,7 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
-from hkv_core.arrays import all_true
+from hkv_core.arrays import all_true, any_nonzero
 from hkv_core.manager.index.blocks import Attach
 from hkv_core.manager.page_pools import NULL_OBJECT, PoolSlots
 from hkv_core.manager.requests import RequestState, Table
@@ -50,6 +50,7 @@ class PrefixRole(Role):
         self._offsets = [np.arange(n) for n in self.span]  # block offsets inside a page's span
         empty = (np.zeros(0, np.int64), np.zeros(0, np.bool_))
         self._cache: list[tuple[NDArray[np.int64], NDArray[np.bool_]]] = [empty for _ in pools]
+        self._last_ends: tuple[int, list[Index]] = (-1, [])  # hit_objects' last (blocks, ends per pool)
 
     def _objects(self, ids: NDArray[np.integer], i: int) -> NDArray[np.int32]:
         return self.shared.index.blocks.objects(ids, self.columns[i])
@@ -93,14 +94,27 @@ class PrefixRole(Role):
 
     def hit_objects(self, ids: NDArray[np.int32], point: int) -> list[Index]:
         b, out = len(ids), []
+        ends = self._ends(b)
+        for i in range(len(self.pools)):
+            out.append(self._objects(ids[ends[i]].astype(np.intp), i).astype(np.intp))
+        return out
+
+    def _ends(self, b: int) -> list[Index]:
+        """Per pool: the block whose entry holds each page a hit after `b` blocks reads (the last block of
+        each whole page, the hit's last block for a partial one); the last answer is remembered."""
+        if self._last_ends[0] == b:
+            return self._last_ends[1]
+        found = []
         for i, pool in enumerate(self.pools):
             per_page = self.span[i]
             need = -(-(b * self.bt // self.ratio[i]) // pool.spec.entries_per_page)
             ends = np.arange(per_page - 1, need * per_page, per_page)
             if need and need * per_page > b:
                 ends[-1] = b - 1  # the partial page, at the hit's last block
-            out.append(self._objects(ids[ends], i).astype(np.intp))
-        return out
+            ends.setflags(write=False)
+            found.append(ends)
+        self._last_ends = (b, found)
+        return found
 
     def partial(self, tokens: int) -> bool:
         return any((tokens // r) % p.spec.entries_per_page for p, r in zip(self.pools, self.ratio, strict=True))
@@ -163,6 +177,8 @@ class PrefixRole(Role):
             objs = table[first:req.computed // tpp].astype(np.intp)
             owned = self.owned(req, objs)
             if all_true(owned):  # every page new (the usual case): no gather
+                if objs.size and self._fresh(i, req, objs, first, moves):
+                    continue
                 pages = np.arange(first, first + objs.size)
             else:
                 pages = owned.nonzero()[0] + first
@@ -173,6 +189,22 @@ class PrefixRole(Role):
             if used.size:
                 moves.add(Event.PUBLISH_PINNED, used)
                 moves.attach.append(update)
+
+    def _fresh(self, i: int, req: RequestState, objs: Index, first: int, moves: Moves) -> bool:
+        """The usual commit: pages first.. (all the request's own) whose spans lie inside the chain and whose
+        blocks all lack an object of pool i: every block of each span gets its page (what `_spans` finds,
+        from one slice of the chain).  False, nothing planned, otherwise."""
+        per_page, chain = self.span[i], req.chain.view()
+        lo, hi = first * per_page, (first + objs.size) * per_page
+        if hi > len(chain):
+            return False
+        ids = chain[lo:hi].astype(np.intp)  # (an intp index gathers faster than int32)
+        if any_nonzero(self._objects(ids, i)):  # some block has one already (NULL_OBJECT is 0)
+            return False
+        moves.add(Event.PUBLISH_PINNED, objs)
+        counts = None if per_page == 1 else np.full(objs.size, per_page, np.intp)
+        moves.attach.append((self.columns[i], ids, objs if per_page == 1 else np.repeat(objs, per_page), objs, counts))
+        return True
 
     def _spans(self, i: int, req: RequestState, objs: Index, pages: Index) -> tuple[Index, Attach]:
         """Which of `objs` (pages `pages` of the request) some block of their span lacks, and the attach."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
+from hkv_core.arrays import all_true
 from hkv_core.manager.index import NO_POINT
 from hkv_core.manager.page_pools import NULL_OBJECT, PoolSlots
 from hkv_core.manager.requests import DraftState, RequestState
@@ -167,9 +168,13 @@ class TailRole(Role):
             listed = req.snapshots[pool.index]
             snaps[:, i] = listed[:n]
             del listed[:n]
-        moves.add(Event.ABORT, snaps[~keep].T.ravel())  # pool by pool: a step splits them in few runs
-        moves.add(Event.PUBLISH, snaps[keep].T.ravel())
-        kept = snaps[keep].astype(np.int32)
+        if all_true(keep):  # every due point is kept (the usual case): no selection
+            moves.add(Event.PUBLISH, snaps.T.ravel())
+            kept = snaps.astype(np.int32)
+        else:
+            moves.add(Event.ABORT, snaps[~keep].T.ravel())  # pool by pool: a step splits them in few runs
+            moves.add(Event.PUBLISH, snaps[keep].T.ravel())
+            kept = snaps[keep].astype(np.int32)
         return [kept[:, i:i + 1] for i in range(len(self.pools))]
 
     def finish(self, req: RequestState, moves: Moves) -> None:
