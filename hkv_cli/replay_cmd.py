@@ -8,7 +8,6 @@ needs matplotlib).  docs/replay.md says how hits are counted.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import click
@@ -20,6 +19,7 @@ from hkv_cli.output import console, out, plain, print_json
 from hkv_core.layout import preset_names
 from hkv_core.manager.config_bounds import MAX_REQUEST_TOKENS
 from hkv_core.replay import POLICIES, ReplayConfig, ReplayResult, TraceRequest, read_trace, replay
+from hkv_exec_ref.demo.chart import plotting_available
 
 SWEEP_BLOCKS = (1_000, 3_000, 10_000, 30_000, None)  # None: unbounded
 CHART_NAME = "replay_sweep.png"
@@ -99,7 +99,7 @@ def _print(results: list[ReplayResult], requests: list[TraceRequest], block_toke
 
 def _chart(results: list[ReplayResult], folder: Path, block_tokens: int) -> Path | None:
     """Hit rate against capacity, one line per policy (the unbounded run as a dashed line)."""
-    if importlib.util.find_spec("matplotlib") is None:
+    if not plotting_available():
         return None
     import matplotlib
 

@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 
 from hkv_core.errors import ConfigError
 
-__all__ = ["MAX_TRACE_BYTES", "TraceRequest", "block_tokens_of", "prompt_of", "read_trace"]
+__all__ = ["MAX_TRACE_BYTES", "TraceRequest", "prompt_of", "read_trace"]
 
 MAX_TRACE_BYTES = 1 << 30  # a trace is read whole: at most 1 GiB (the shared Mooncake trace is 3.6 MB)
 MAX_HASH_ID = 2**31 - 1  # a block's first token is its hash id: token ids are below 2**31
@@ -81,15 +81,9 @@ def read_trace(path: str | Path, block_tokens: int) -> list[TraceRequest]:
     return sorted(requests, key=lambda r: r.timestamp)
 
 
-def block_tokens_of(hash_id: int, block_tokens: int) -> NDArray[np.int64]:
-    """The tokens of block `hash_id`: its id, then zeros (blocks of different ids differ in their first token)."""
-    out = np.zeros(block_tokens, np.int64)
-    out[0] = hash_id
-    return out
-
-
 def prompt_of(request: TraceRequest, block_tokens: int) -> NDArray[np.int64]:
-    """A request's prompt tokens: its blocks' tokens, the last block cut to `input_length`."""
+    """A request's prompt tokens: each block is its hash id then zeros (blocks of different ids differ in their
+    first token), the last block cut to `input_length`."""
     tokens = np.zeros(len(request.hash_ids) * block_tokens, np.int64)
     tokens[::block_tokens] = request.hash_ids
     return tokens[:request.input_length]

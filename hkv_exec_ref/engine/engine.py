@@ -35,7 +35,7 @@ from hkv_exec_ref.engine import state_io
 from hkv_exec_ref.engine.results import ServeResult, cached_by_kind
 from hkv_exec_ref.engine.speculative import DraftSpec, Proposer, accepted_count
 from hkv_exec_ref.executor import RefExecutor
-from hkv_exec_ref.tiny_v4 import Config, Fault, TinyV4, state_problems
+from hkv_exec_ref.tiny_v4 import Config, Fault, ModelState, TinyV4, state_problems
 from hkv_exec_ref.tiny_v4.numerics import F32, I64
 
 TINY_PRESET = "tiny_v4"
@@ -217,17 +217,11 @@ class Engine:
 
     def _verify(self, rid: int, last_token: int, drafts: I64) -> F32:
         """One verification pass over [last_token, *drafts] (the manager's speculative step): logits of each."""
-        alloc = self.manager.propose(rid, drafts)
+        alloc = self._run_plan(self.manager.propose(rid, drafts))  # the checkpoint copy of the working tail
         assert alloc.num_tokens == len(drafts) + 1, alloc
-        if alloc.plan is not None:  # the checkpoint copy of the working tail into the step's first tail page
-            self.manager.complete(alloc.plan.plan_id, self.executor.run(alloc.plan))
         p = alloc.start_tokens
-        state = state_io.read_state(self.executor, self.routes, alloc, p, self.config)
-        if self.check_states:
-            problems = state_problems(state, self.config)
-            assert not problems, f"state read from the pools at P={p}: {problems}"
         chunk = np.concatenate([np.array([last_token], np.int64), drafts])
-        logits, extended = self.model.forward_full(chunk, state, faults=self.faults if p > 0 else Fault.NONE)
+        logits, extended = self.model.forward_full(chunk, self._state_at(alloc, p), faults=self._faults(p))
         state_io.write_draft(self.executor, self.routes, alloc, extended, self.config)
         self.stats.forward_passes += 1
         return logits
@@ -235,9 +229,7 @@ class Engine:
     def _chunk(self, rid: int, tokens: I64) -> F32:
         """allocate -> copies -> forward in sub-chunks (state from the pools each time) -> commit."""
         n = len(tokens)
-        alloc = self.manager.allocate(rid, n)
-        if alloc.plan is not None:
-            self.manager.complete(alloc.plan.plan_id, self.executor.run(alloc.plan))
+        alloc = self._run_plan(self.manager.allocate(rid, n))
         if alloc.start_tokens == 0:
             state_io.write_initial_tails(self.executor, self.routes, alloc, self.model.empty_state())
         outs = []
@@ -256,13 +248,26 @@ class Engine:
         assert steps[0][0] == start and steps[-1][1] == end
         return steps
 
-    def _step(self, alloc: Allocation, tokens: I64, p: int) -> F32:
+    def _run_plan(self, alloc: Allocation) -> Allocation:
+        """Run the allocation's copy plan (if any) on the executor and complete it; the allocation."""
+        if alloc.plan is not None:
+            self.manager.complete(alloc.plan.plan_id, self.executor.run(alloc.plan))
+        return alloc
+
+    def _state_at(self, alloc: Allocation, p: int) -> ModelState:
+        """The model's state at P, read from the pools (and checked, with `check_states`)."""
         state = state_io.read_state(self.executor, self.routes, alloc, p, self.config)
         if self.check_states:
             problems = state_problems(state, self.config)
             assert not problems, f"state read from the pools at P={p}: {problems}"
-        faults = self.faults if p > 0 else Fault.NONE
-        logits, new = self.model.forward(tokens, state, faults=faults)
+        return state
+
+    def _faults(self, p: int) -> Fault:
+        """The fault switches break every state read from the pools, at P > 0."""
+        return self.faults if p > 0 else Fault.NONE
+
+    def _step(self, alloc: Allocation, tokens: I64, p: int) -> F32:
+        logits, new = self.model.forward(tokens, self._state_at(alloc, p), faults=self._faults(p))
         state_io.write_state(self.executor, self.routes, alloc, p, new, self.config)
         self.stats.forward_passes += 1
         return logits

@@ -99,6 +99,7 @@ class DiskStore:
                 raise TierFull(tier=TIER, record=name, needed=sizes[-1], free=free, budget=self.budget)
             free -= sizes[-1]
         written: list[Path] = []
+        renamed: list[str] = []
         try:
             for name, header, payload in records:
                 written.append(self._path(name, TEMP_SUFFIX))
@@ -107,10 +108,14 @@ class DiskStore:
                 raise Crash(records[0][0])
             for temp, (name, _, _) in zip(written, records, strict=True):
                 os.replace(temp, self._path(name, RECORD_SUFFIX))
+                renamed.append(name)
             self._fsync_directory()
         except OSError as err:
             for temp in written:
                 temp.unlink(missing_ok=True)
+            for name in renamed:  # not known durable (the directory fsync failed): unpublished again
+                self._path(name, RECORD_SUFFIX).unlink(missing_ok=True)
+                self.sizes.pop(name, None)
             self.counts[f"write_{errno.errorcode.get(err.errno or 0, 'error')}"] += 1
             raise TierError(tier=TIER, record=records[len(written) - 1][0], reason=f"write failed: {err.strerror}",
                             errno=err.errno) from None

@@ -103,3 +103,15 @@ def test_read_errors_and_other_layouts(tmp_path: Path) -> None:
     (tmp_path / "x" / "q0.rec").rename(tmp_path / "q0.rec")  # another layout's record in this directory
     reopened = DiskStore(tmp_path, 1 << 20, FINGERPRINT)
     assert list(reopened.scan()) == ["p0"] and reopened.counts["quarantined"] >= 1
+
+
+def test_a_failed_directory_fsync_unpublishes_the_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = DiskStore(tmp_path, 1 << 20, FINGERPRINT)
+
+    def refuse() -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(store, "_fsync_directory", refuse)
+    with pytest.raises(TierError, match="write failed"):
+        store.put_many([("p0", record(PAYLOAD), PAYLOAD), ("p1", record(PAYLOAD), PAYLOAD)])
+    assert list(tmp_path.iterdir()) == [] and store.used_bytes == 0
