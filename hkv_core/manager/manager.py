@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, NDArray
 
 from hkv_core.block_keys import ExtraKeys, checked_tokens
 from hkv_core.errors import (
@@ -39,7 +39,7 @@ from hkv_core.errors import (
 from hkv_core.events import KVEvent
 from hkv_core.executor import PoolBinding
 from hkv_core.layout import Layout
-from hkv_core.manager import acquire, admit, allocate, commit, draft, evict, match, release, views
+from hkv_core.manager import acquire, admit, allocate, commit, draft, evict, match, release, retention, views
 from hkv_core.manager.config import ManagerConfig
 from hkv_core.manager.core import Core
 from hkv_core.manager.invariants import check_invariants
@@ -358,6 +358,19 @@ class CacheManager:
     def tables(self, rid: int) -> dict[str, list[int]]:
         """Per pool: the request's page table."""
         return views.tables(self.core, self._request(rid, "tables"))
+
+    @_locked
+    def block_keys(self, rid: int, first: int = 0) -> NDArray[np.uint64]:
+        """A copy of the request's block keys from block `first` on: (blocks, 2) uint64, one per complete block
+        of its verified tokens (what a tier names the block's records by; docs/tiers.md)."""
+        return self._request(rid, "block_keys").keys[max(0, int(first)):].copy()
+
+    @_locked
+    def retained_boundaries(self, rid: int, start: int, end: int) -> list[int]:
+        """The block boundaries b, start < b <= end, where the request keeps a resume point when it computes
+        (or loads) through them: the points whose snapshots an allocation over them asks for."""
+        req = self._request(rid, "retained_boundaries")
+        return retention.retained_between(self.core, req, int(start), int(end))
 
     @_locked
     def chain(self, rid: int) -> list[int]:
