@@ -14,8 +14,8 @@ layout matches, leftover `.tmp` files (a crash before the rename) removed,
 the rest quarantined; each counted in `counts`.
 
 `faults` (a `DiskFaults`) switches on injected faults for tests: EIO and
-ENOSPC on write or read, a torn write, a flipped byte, a crash between the
-write and the rename.
+ENOSPC on write, EIO on read, a torn write, a flipped byte, slow I/O, a crash
+between the write and the rename.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -50,13 +52,32 @@ class DiskFaults:
     torn_write: int = 0  # only the first half of the record reaches the file
     flip_byte: int = 0  # one payload byte is altered after it was written
     crash_before_rename: int = 0
+    slow_io: int = 0  # the next reads or writes each wait `slow_seconds` first
+    slow_seconds: float = 0.01
     seed: int = 0
+    fired: Counter[str] = attrs.field(factory=Counter)  # faults injected so far, by switch
 
     def take(self, name: str) -> bool:
-        left = int(getattr(self, name))
-        if left:
-            setattr(self, name, left - 1)
+        with _FAULT_LOCK:  # reads run on worker threads
+            left = int(getattr(self, name))
+            if left:
+                setattr(self, name, left - 1)
+                self.fired[name] += 1
         return left > 0
+
+    def delay(self) -> None:
+        """The slow-I/O fault: wait before the operation."""
+        if self.take("slow_io"):
+            time.sleep(self.slow_seconds)
+
+    @property
+    def armed(self) -> dict[str, int]:
+        """The switches still set, by name."""
+        return {f.name: getattr(self, f.name) for f in attrs.fields(DiskFaults)
+                if f.name not in ("seed", "slow_seconds", "fired") and getattr(self, f.name)}
+
+
+_FAULT_LOCK = threading.Lock()
 
 
 class DiskStore:
@@ -73,11 +94,13 @@ class DiskStore:
         if direct and not hasattr(os, "O_DIRECT"):
             self.fallback_reason = "this platform has no O_DIRECT"
         self.sizes: dict[str, int] = {}
+        self.lock = threading.Lock()  # counts and sizes: reads run on worker threads
         self.scan()
 
     @property
     def used_bytes(self) -> int:
-        return sum(self.sizes.values())
+        with self.lock:
+            return sum(self.sizes.values())
 
     # ------------------------------------------------------------------ write
 
@@ -113,18 +136,21 @@ class DiskStore:
         except OSError as err:
             for temp in written:
                 temp.unlink(missing_ok=True)
-            for name in renamed:  # not known durable (the directory fsync failed): unpublished again
-                self._path(name, RECORD_SUFFIX).unlink(missing_ok=True)
-                self.sizes.pop(name, None)
-            self.counts[f"write_{errno.errorcode.get(err.errno or 0, 'error')}"] += 1
+            with self.lock:
+                for name in renamed:  # not known durable (the directory fsync failed): unpublished again
+                    self._path(name, RECORD_SUFFIX).unlink(missing_ok=True)
+                    self.sizes.pop(name, None)
+                self.counts[f"write_{errno.errorcode.get(err.errno or 0, 'error')}"] += 1
             raise TierError(tier=TIER, record=records[len(written) - 1][0], reason=f"write failed: {err.strerror}",
                             errno=err.errno) from None
-        for (name, _, _), size in zip(records, sizes, strict=True):
-            self.sizes[name] = size
-        self.counts["written"] += len(records)
+        with self.lock:  # a writer thread may publish while readers quarantine
+            for (name, _, _), size in zip(records, sizes, strict=True):
+                self.sizes[name] = size
+            self.counts["written"] += len(records)
 
     def _write(self, path: Path, header: RecordHeader, payload: bytes) -> None:
         """Header and payload, built once in a page-aligned buffer, written (O_DIRECT where allowed), fsynced."""
+        self.faults.delay()
         if self.faults.take("eio_write"):
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         if self.faults.take("enospc_write"):
@@ -148,7 +174,8 @@ class DiskStore:
         if self.faults.take("torn_write"):
             return len(buffer) // 2
         if self.faults.take("flip_byte") and payload_bytes:
-            at = HEADER_BYTES + int(np.random.default_rng(self.faults.seed).integers(payload_bytes))
+            rng = np.random.default_rng([self.faults.seed, self.faults.fired["flip_byte"]])  # a new byte each time
+            at = HEADER_BYTES + int(rng.integers(payload_bytes))
             buffer[at] ^= 0xFF
         return len(buffer)
 
@@ -182,11 +209,13 @@ class DiskStore:
         does not check, TierError when it is missing or the read fails."""
         path = self._path(name, RECORD_SUFFIX)
         try:
+            self.faults.delay()
             if self.faults.take("eio_read"):
                 raise OSError(errno.EIO, os.strerror(errno.EIO))
             data = path.read_bytes()
         except OSError as err:
-            self.counts["read_error"] += 1
+            with self.lock:
+                self.counts["read_error"] += 1
             raise TierError(tier=TIER, record=name, reason=f"read failed: {err.strerror}", errno=err.errno) from None
         try:
             header = self._checked_header(data, name)
@@ -194,9 +223,10 @@ class DiskStore:
             if len(payload) != header.payload_bytes or checksum(payload) != header.payload_checksum:
                 raise RecordCorrupt(tier=TIER, record=name, reason="payload checksum mismatch (torn or altered)")
         except RecordCorrupt:
-            self._quarantine(name)
+            self.quarantine(name)
             raise
-        self.counts["read"] += 1
+        with self.lock:
+            self.counts["read"] += 1
         return header, payload
 
     def _checked_header(self, data: bytes, name: str) -> RecordHeader:
@@ -205,12 +235,21 @@ class DiskStore:
             raise RecordCorrupt(tier=TIER, record=name, reason="a record of another layout")
         return header
 
-    def _quarantine(self, name: str) -> None:
+    def quarantine(self, name: str) -> None:
         path = self._path(name, RECORD_SUFFIX)
-        if path.exists():
-            os.replace(path, self._path(name, BAD_SUFFIX))
-        self.sizes.pop(name, None)
-        self.counts["quarantined"] += 1
+        with self.lock:
+            if path.exists():
+                os.replace(path, self._path(name, BAD_SUFFIX))
+            self.sizes.pop(name, None)
+            self.counts["quarantined"] += 1
+
+    def remove(self, name: str) -> None:
+        """Delete record `name` (eviction); the directory is not fsynced: a record that comes back after a crash
+        is still a whole, checked record."""
+        with self.lock:
+            self._path(name, RECORD_SUFFIX).unlink(missing_ok=True)
+            self.sizes.pop(name, None)
+            self.counts["removed"] += 1
 
     # ------------------------------------------------------------------ restart
 
@@ -228,7 +267,7 @@ class DiskStore:
                 with open(path, "rb") as f:
                     found[name] = self._checked_header(f.read(HEADER_BYTES), name)
             except RecordCorrupt:
-                self._quarantine(name)
+                self.quarantine(name)
                 continue
             self.sizes[name] = path.stat().st_size
         return found

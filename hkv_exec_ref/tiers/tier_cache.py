@@ -1,0 +1,363 @@
+"""The host and disk tiers together: block records by key, demotion host -> disk, restart, counts.
+
+Records are named by their block key (32 hex digits, `-p` after a point
+record's) and hold a block's compressed entries or a resume point's window and
+tails (span_io).  A new record goes to the host arena; when the arena is full the
+least recently used host records move to disk in durable batches written on a
+worker thread (readable on the host until they settle), and when
+the disk budget is full the least recently used disk records are deleted.  A
+lookup touches a prefix's records deepest first, so a shared head is always
+more recent than the tails that depend on it and a tier drops children before
+their parents.  Loads of disk records run on worker threads, at most
+`loads_in_flight` at a time.  Every record is checked when it is read (header,
+layout, kind, ABI id, token range, key, payload checksum); one that fails is
+quarantined, counted and treated as a miss - never served.
+
+The directory holds `cache.json` (the layout fingerprint, the model id and the
+key seed the records' keys were made with) and a lock file: one cache per
+directory, reopened after `close()` or after a crash with what survived.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+from numpy.typing import NDArray
+
+from hkv_core.errors import ConfigError, RecordCorrupt, TierError, TierFull
+from hkv_core.layout import PoolSpec
+from hkv_core.tiers.record import HEADER_BYTES, RecordHeader, checksum, pack_header, unpack_header
+from hkv_exec_ref.tiers.disk_store import Crash, DiskFaults, DiskStore
+from hkv_exec_ref.tiers.disk_writer import DiskWriter, Record, record_bytes
+from hkv_exec_ref.tiers.host_store import HostStore
+from hkv_exec_ref.tiers.span_io import BLOCK, POINT
+
+META_FILE, LOCK_FILE, RECORDS_DIR = "cache.json", "lock", "records"
+TIER_NAMES = ("host", "disk")
+
+
+def record_name(key: NDArray[np.uint64], kind: str = BLOCK) -> str:
+    """A record's name: its block key (2 uint64) as 32 hex digits, `-p` after it for a point record."""
+    return np.asarray(key, "<u8").tobytes().hex() + ("-p" if kind == POINT else "")
+
+
+@attrs.frozen
+class Wanted:
+    """A record a load asks for: its name, kind, block key and token range (each checked against the header)."""
+
+    kind: str
+    key: NDArray[np.uint64] = attrs.field(eq=False)
+    lo: int
+    hi: int
+
+    @property
+    def name(self) -> str:
+        return record_name(self.key, self.kind)
+
+
+Loaded = tuple[str, bytes, float]  # (tier, payload, seconds the read took)
+
+
+def span_abi_id(pools: Sequence[PoolSpec]) -> str:
+    """One id for the ABI ids of every pool a span holds."""
+    return "span/" + hashlib.blake2b("\n".join(p.abi_id for p in pools).encode(), digest_size=16).hexdigest()
+
+
+class TierCache:
+    """Host arena (`host_bytes`) and, with `directory`, a disk store (`disk_bytes`) of block records."""
+
+    def __init__(self, *, pools: Sequence[PoolSpec], layout_fingerprint: str, model_id: str, key_seed: int,
+                 host_bytes: int, directory: str | Path | None = None, disk_bytes: int = 0,
+                 faults: DiskFaults | None = None, loads_in_flight: int = 4) -> None:
+        self.pools, self.fingerprint, self.abi_id = tuple(pools), layout_fingerprint, span_abi_id(pools)
+        self.host = HostStore(host_bytes)
+        self.host_lru: OrderedDict[str, None] = OrderedDict()
+        self.disk_lru: OrderedDict[str, None] = OrderedDict()
+        self.counts: Counter[str] = Counter()
+        self.directory = Path(directory) if directory is not None else None
+        self.disk: DiskStore | None = None
+        self.writer: DiskWriter | None = None
+        self.moving: set[str] = set()  # records on their way to disk (host copy kept until the batch settles)
+        self.key_seed, self._lock_fd = key_seed, -1
+        if self.directory is not None:
+            self._open(model_id, key_seed, disk_bytes, faults)
+        self.loader = ThreadPoolExecutor(max_workers=max(1, loads_in_flight), thread_name_prefix="hkv-load")
+
+    # ------------------------------------------------------------------ directory
+
+    def _open(self, model_id: str, key_seed: int, disk_bytes: int, faults: DiskFaults | None) -> None:
+        assert self.directory is not None
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+            raise TierError(tier="disk", record=str(self.directory), reason="the directory is in use by another "
+                            "cache (its lock is held)") from None
+        try:
+            self.key_seed = self._meta(model_id, key_seed)
+            self.disk = DiskStore(self.directory / RECORDS_DIR, disk_bytes, self.fingerprint, faults=faults)
+            self.writer = DiskWriter(self.disk)
+        except BaseException:
+            self.abandon()
+            raise
+        self.disk_lru.update((name, None) for name in sorted(self.disk.sizes))
+        self.counts["restored"] += len(self.disk.sizes)
+
+    def _meta(self, model_id: str, key_seed: int) -> int:
+        """The cache's identity from `cache.json`, written durably when new; ConfigError when the directory
+        belongs to another layout or model (its records would be that model's bytes)."""
+        assert self.directory is not None
+        path = self.directory / META_FILE
+        want = {"format": 1, "layout_fingerprint": self.fingerprint, "model_id": model_id, "key_seed": key_seed}
+        if not path.exists():
+            temp = path.with_suffix(".tmp")
+            with open(temp, "w") as f:
+                json.dump(want, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(temp, path)
+            return key_seed
+        try:
+            have = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"unreadable ({err})", source=str(path), key="cache.json") from None
+        for field in ("layout_fingerprint", "model_id", "key_seed"):
+            if have.get(field) != want[field]:
+                raise ConfigError(f"this directory holds a cache of {field} {have.get(field)!r}, not "
+                                  f"{want[field]!r}", source=str(path), key=field)
+        return key_seed
+
+    def close(self) -> None:
+        """Move every host record to disk (durably), stop the threads, release the directory."""
+        if self.writer is not None:
+            self._demote([n for n in self.host_lru if n not in self.moving])
+            self._settle(self.writer.drain())
+        self.abandon()
+
+    def abandon(self) -> None:
+        """What a process death does: the threads stop, the lock goes; nothing more is flushed."""
+        if hasattr(self, "loader"):
+            self.loader.shutdown(wait=True)
+        if self.writer is not None:
+            self.writer.stop()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    # ------------------------------------------------------------------ store
+
+    def where(self, name: str) -> str | None:
+        """The tier holding record `name` (host first: a record moving to disk is read from the host), or None."""
+        return "host" if name in self.host_lru else "disk" if name in self.disk_lru else None
+
+    def put(self, kind: str, key: NDArray[np.uint64], lo: int, hi: int, payload: bytes) -> None:
+        """Store a `kind` record of block `key` over tokens [lo, hi) (one already held is only touched)."""
+        if self.writer is not None:
+            self._settle(self.writer.reap())
+        name = record_name(key, kind)
+        if self.where(name) is not None or name in self.moving:
+            self.counts["put_present"] += 1
+            return
+        header = RecordHeader(layout_fingerprint=self.fingerprint, kind=kind, abi_id=self.abi_id, token_start=lo,
+                              token_end=hi, keys=np.asarray(key, np.uint64).reshape(1, 2),
+                              payload_bytes=len(payload), payload_checksum=checksum(payload))
+        record = pack_header(header) + payload
+        if self._make_host_room(len(record)):
+            self.host.put(name, record)
+            self.host_lru[name] = None
+            self.counts["stored_host"] += 1
+            self._demote_early()
+        elif self.writer is not None:
+            self.moving.add(name)
+            self._submit([(name, header, payload)])
+
+    def _make_host_room(self, nbytes: int) -> bool:
+        """Move LRU host records to disk (or drop them without one) until `nbytes` fit; False when they cannot."""
+        if nbytes > self.host.budget:
+            return False
+        while self._largest_free() < nbytes:
+            idle = [n for n in self.host_lru if n not in self.moving]
+            if self.writer is not None and self.writer.pending:
+                self._settle(self.writer.reap(wait=True))  # room comes back when a batch settles
+            elif idle:
+                batch = idle[:max(1, len(idle) // 4)]
+                self._demote(batch) if self.writer is not None else self._drop_host(batch, "dropped_host")
+            else:
+                return False
+        return True
+
+    def _demote_early(self) -> None:
+        """Above 3/4 of the arena, start moving the least recent quarter to disk in the background."""
+        if self.writer is None or self.writer.pending or 4 * self.host.used_bytes <= 3 * self.host.budget:
+            return
+        idle = [n for n in self.host_lru if n not in self.moving]
+        self._demote(idle[:max(1, len(idle) // 4)])
+
+    def _largest_free(self) -> int:
+        return max((length for _, length in self.host.free), default=0)
+
+    def _drop_host(self, names: Sequence[str], count: str) -> None:
+        for name in names:
+            self.host.drop(name)
+            del self.host_lru[name]
+        self.counts[count] += len(names)
+
+    def _demote(self, names: Sequence[str]) -> None:
+        """Host records to disk in one durable batch on the writer thread; they stay readable on the host until
+        it settles (`_settle`)."""
+        if not names:
+            return
+        records = []
+        for name in names:
+            data = self.host.get(name)
+            records.append((name, unpack_header(data[:HEADER_BYTES], name), data[HEADER_BYTES:]))
+        self.moving.update(names)
+        self._submit(records)
+
+    def _submit(self, records: list[Record]) -> None:
+        """Make room within the disk budget (least recent records deleted), then hand the batch to the writer."""
+        assert self.disk is not None and self.writer is not None
+        need = record_bytes(records)
+        while self.disk.budget - self.disk.used_bytes - self.writer.pending_bytes < need:
+            if self.disk_lru:
+                victim, _ = self.disk_lru.popitem(last=False)
+                self.disk.remove(victim)
+                self.counts["evicted_disk"] += 1
+            elif self.writer.pending:
+                self._settle(self.writer.reap(wait=True))  # what is being written becomes evictable
+            else:
+                break  # larger than the budget: the writer refuses it (TierFull, counted)
+        self.writer.submit(records)
+
+    def _settle(self, batches: list[tuple[list[str], BaseException | None]]) -> None:
+        """Settled batches: published records join the disk; the host copies go either way (a failed batch is
+        dropped whole and counted: never half).  An injected Crash is raised here, on the caller's thread."""
+        for names, error in batches:
+            if error is None:
+                self.disk_lru.update((name, None) for name in names)
+                self.counts["stored_disk"] += len(names)
+            elif isinstance(error, Crash):
+                raise error
+            else:
+                self.counts["dropped_too_large" if isinstance(error, TierFull) else "write_failed"] += len(names)
+            self.moving.difference_update(names)
+            on_host = [name for name in names if name in self.host_lru]
+            self._drop_host(on_host, "demoted" if error is None else "dropped_host")
+
+    def drain(self) -> None:
+        """Wait until every batch moving to disk has settled."""
+        if self.writer is not None:
+            self._settle(self.writer.drain())
+
+    def evict(self, tier: str) -> int:
+        """Every record of `tier` out: host records move to disk (dropped without one), disk records are
+        deleted; returns the records evicted."""
+        if tier == "host":
+            held = len(self.host_lru)
+            names = [n for n in self.host_lru if n not in self.moving]
+            self._demote(names) if self.writer is not None else self._drop_host(names, "dropped_host")
+            self.drain()
+            return held
+        assert tier == "disk" and self.disk is not None, tier
+        self.drain()
+        names = list(self.disk_lru)
+        for name in names:
+            self.disk.remove(name)
+        self.disk_lru.clear()
+        self.counts["evicted_disk"] += len(names)
+        return len(names)
+
+    # ------------------------------------------------------------------ load
+
+    def touch(self, names: Sequence[str]) -> None:
+        """Mark a prefix's records used, deepest first (heads end most recent)."""
+        for name in reversed(names):
+            lru = self.host_lru if name in self.host_lru else self.disk_lru if name in self.disk_lru else None
+            if lru is not None:
+                lru.move_to_end(name)
+
+    def fetch(self, wanted: Sequence[Wanted]) -> list[Loaded | None]:
+        """Each wanted record's checked payload with its tier and the seconds its read took, or None (a miss: not
+        held, unreadable, or failing a check - quarantined).  Disk reads run on the loader threads."""
+        jobs: list[Any] = []
+        for want in wanted:
+            tier = self.where(want.name)
+            if tier == "disk":
+                jobs.append(self.loader.submit(self._read_disk, want))
+            else:
+                jobs.append(self._read_host(want) if tier == "host" else None)
+        out = [job.result() if hasattr(job, "result") else job for job in jobs]
+        for want, got in zip(wanted, out, strict=True):
+            if got is not None and got[0] == "disk":
+                self.counts["loaded_disk"] += 1
+            elif got is None and self.where(want.name) == "disk":
+                self.disk_lru.pop(want.name, None)  # quarantined or unreadable: forget it
+                self.counts["missed_disk"] += 1
+        return out
+
+    def _read_host(self, want: Wanted) -> Loaded | None:
+        began, name = time.perf_counter(), want.name
+        data = self.host.view(name)
+        try:
+            header = unpack_header(data[:HEADER_BYTES].tobytes(), name)
+            payload = data[HEADER_BYTES:HEADER_BYTES + header.payload_bytes].tobytes()
+            self._check("host", header, payload, want)
+        except RecordCorrupt:
+            self._drop_host([name], "quarantined_host")
+            return None
+        self.counts["loaded_host"] += 1
+        return "host", payload, time.perf_counter() - began
+
+    def _read_disk(self, want: Wanted) -> Loaded | None:
+        assert self.disk is not None
+        began, name = time.perf_counter(), want.name
+        try:
+            header, view = self.disk.get(name)  # quarantines what fails the record's own checks
+        except TierError:  # RecordCorrupt included
+            return None
+        try:
+            self._check("disk", header, view, want)
+        except RecordCorrupt:
+            self.disk.quarantine(name)
+            return None
+        return "disk", bytes(view), time.perf_counter() - began
+
+    def _check(self, tier: str, header: RecordHeader, payload: bytes | memoryview, want: Wanted) -> None:
+        """RecordCorrupt unless the record is the wanted one of this layout, with intact bytes."""
+        lo, hi = want.lo, want.hi
+        problem = ("a record of another layout" if header.layout_fingerprint != self.fingerprint
+                   else f"kind {header.kind!r}, not {want.kind!r}" if header.kind != want.kind
+                   else "another ABI id" if header.abi_id != self.abi_id
+                   else f"tokens [{header.token_start}, {header.token_end}), not [{lo}, {hi})"
+                   if (header.token_start, header.token_end) != (lo, hi)
+                   else "another block key" if not np.array_equal(header.keys, np.asarray(want.key).reshape(1, 2))
+                   else "payload checksum mismatch" if checksum(payload) != header.payload_checksum else "")
+        if problem:
+            raise RecordCorrupt(tier=tier, record=want.name, reason=problem)
+
+    def report(self) -> dict[str, Any]:
+        """Counts and occupancy, for results and --json (after settling the batches already written)."""
+        if self.writer is not None:
+            self._settle(self.writer.reap())
+        out: dict[str, Any] = {"counts": dict(self.counts), "host_records": len(self.host_lru),
+                               "host_used_bytes": self.host.used_bytes, "host_budget_bytes": self.host.budget}
+        if self.disk is not None:
+            out.update(disk_records=len(self.disk_lru), disk_used_bytes=self.disk.used_bytes,
+                       disk_budget_bytes=self.disk.budget, disk_counts=dict(self.disk.counts),
+                       faults_fired=dict(self.disk.faults.fired),
+                       direct_io=self.disk.direct_io, direct_io_fallback=self.disk.fallback_reason)
+        return out
