@@ -30,6 +30,7 @@ from hkv_exec_ref.tiny_v4 import Fault
 
 FAULTS = {f.name.lower(): f for f in Fault if f.name and f is not Fault.NONE}
 TRACE_NAME = "demo_trace.jsonl"
+TIER_DIR = "tier-cache"  # --tiers: the disk tier's directory inside --out
 SHOWN = 10  # the longest list printed whole; longer ones end in an ellipsis
 EFFECT = {"rule": "rule applied, hit kept", "shorten": "shortened, rest recomputed",
           "reject": "rejected, all recomputed"}
@@ -65,9 +66,12 @@ UNITS = {
               help="Decode speculatively with this many draft tokens per step (0: off); outputs must not change.")
 @click.option("--accept-probability", default=0.6, show_default=True, type=click.FloatRange(0.0, 1.0),
               help="With --draft-k: the chance that each draft token is the target's own choice.")
+@click.option("--tiers", is_flag=True,
+              help="Back a smaller device with a host tier and a disk tier (in OUT/tier-cache, emptied first), "
+                   "restart halfway; shows tokens served per tier and the load / recompute decisions.")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 def demo_command(requests: int, seed: int, out_dir: str, fault: str | None, draft_k: int,
-                 accept_probability: float, as_json: bool) -> None:
+                 accept_probability: float, tiers: bool, as_json: bool) -> None:
     """Serve a multi-turn and agentic workload on tiny V4 through the cache; check every output.
 
     Prints requests, tokens served, tokens from cache per object kind, hit
@@ -85,7 +89,8 @@ def demo_command(requests: int, seed: int, out_dir: str, fault: str | None, draf
         task = bar.add_task("serving", total=requests)
         draft = DraftSpec(k=draft_k, accept_probability=accept_probability, seed=seed) if draft_k else None
         report = run_demo(cfg, fault=FAULTS[fault] if fault else Fault.NONE,
-                          progress=lambda done: bar.update(task, completed=done), draft=draft)
+                          progress=lambda done: bar.update(task, completed=done), draft=draft,
+                          tier_dir=folder / TIER_DIR if tiers else None)
     with writing("--out", folder):
         chart = write_chart(report, folder)
     if as_json:
@@ -123,6 +128,7 @@ def _figures(report: DemoReport) -> list[tuple[str, Any, str]]:
              ("evicted blocks / resume points", f"{report.evicted_blocks:,} / {report.evicted_points:,}",
               "dropped from the index to make room (small pools on purpose)"),
              *_draft_rows(report),
+             *_tier_rows(report),
              ("exact match with recomputation", f"{report.exact_matches:,}/{report.requests:,}",
               "responses bit-identical to a run without the cache"),
              ("seconds", f"{report.seconds:.1f}", "serving and checking")]
@@ -136,6 +142,26 @@ def _draft_rows(report: DemoReport) -> list[tuple[str, Any, str]]:
     return [(f"draft tokens proposed / accepted (k = {report.draft_k})",
              f"{report.proposed_tokens:,} / {report.accepted_tokens:,} ({rate:.0%})",
              "speculative steps: rejected drafts leave no trace in the cache")]
+
+
+def _tier_rows(report: DemoReport) -> list[tuple[str, Any, str]]:
+    t = report.tiers
+    if t is None:
+        return []
+    c = t.counts
+    direct = "O_DIRECT" if t.direct_io else f"buffered ({t.direct_io_fallback})"
+    rows: list[tuple[str, Any, str]] = [
+        (f"  served from {tier} (tokens)", t.cached_by_tier.get(tier, 0), meaning)
+        for tier, meaning in (("device", "device hits: pages still on the device"),
+                              ("host", "block records loaded from the host arena"),
+                              ("disk", "block records loaded from disk (checked, on loader threads)"))]
+    rows += [("tier decisions load / split / recompute / none",
+              " / ".join(f"{t.decisions.get(d, 0):,}" for d in ("load", "split", "recompute", "none")),
+              "per request, by the cost model: load beats recompute? (none: no tier held the next block)"),
+             ("records stored host / moved to disk / restored", f"{c.get('stored_host', 0):,} / "
+              f"{c.get('demoted', 0):,} / {c.get('restored', 0):,}",
+              f"write-through at block ends; host -> disk when the arena fills; {t.restarts} restart(s), {direct}")]
+    return rows
 
 
 _KIND_MEANING = {

@@ -3,8 +3,11 @@ against recomputation, and gather the figures `hkv demo` prints."""
 
 from __future__ import annotations
 
+import shutil
 import time
+from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -15,6 +18,22 @@ from hkv_exec_ref.tiny_v4 import Fault
 
 # Device pools small enough that the workload's later sessions evict earlier ones.
 DEMO_LIMITS: dict[str, Any] = {"default_pool_pages": 160, "retain_every_blocks": 2}
+# With --tiers: a device and a host tier smaller still, so blocks keep moving device -> host -> disk and back.
+TIER_LIMITS: dict[str, Any] = {"default_pool_pages": 96, "retain_every_blocks": 2}
+TIER_HOST_BYTES = 256 * 1024  # about 30 block records of tiny V4
+
+
+@attrs.frozen(kw_only=True)
+class TierReport:
+    """What the tiers did: tokens served per tier, decisions, the cache's counters, restarts."""
+
+    cached_by_tier: dict[str, int]
+    decisions: dict[str, int]
+    counts: dict[str, int]
+    directory: str
+    restarts: int
+    direct_io: bool
+    direct_io_fallback: str
 
 
 @attrs.frozen(kw_only=True)
@@ -54,6 +73,7 @@ class DemoReport:
     draft_k: int = 0  # draft tokens per speculative step (0: no speculation)
     proposed_tokens: int = 0
     accepted_tokens: int = 0
+    tiers: TierReport | None = None  # with --tiers
 
     @property
     def tokens_served(self) -> int:
@@ -68,6 +88,7 @@ class DemoReport:
         out["tokens_served"], out["ok"] = self.tokens_served, self.ok
         out["mismatches"] = list(self.mismatches)
         out["rows"] = [attrs.asdict(r) for r in self.rows]
+        out["tiers"] = attrs.asdict(self.tiers) if self.tiers else None
         return out
 
 
@@ -82,22 +103,76 @@ def serve_one(engine: Engine, index: int, record: TraceRecord, cfg: WorkloadConf
 
 
 def run_demo(cfg: WorkloadConfig, *, fault: Fault = Fault.NONE, limits: dict[str, Any] | None = None,
-             progress: Callable[[int], None] | None = None, draft: DraftSpec | None = None) -> DemoReport:
-    """Serve the workload (speculatively with `draft`); `progress(i)` after each request."""
+             progress: Callable[[int], None] | None = None, draft: DraftSpec | None = None,
+             tier_dir: Path | None = None) -> DemoReport:
+    """Serve the workload (speculatively with `draft`); `progress(i)` after each request.  With `tier_dir`
+    (emptied first), host and disk tiers back a smaller device, and the engine is closed and reopened on the
+    directory halfway through: the second half starts from what the disk kept."""
     trace = generate_trace(cfg)
-    engine = Engine.tiny(seed=cfg.seed, faults=fault, **{**DEMO_LIMITS, **(limits or {})})
+    tiers: dict[str, Any] = {}
+    if tier_dir is not None:
+        shutil.rmtree(tier_dir, ignore_errors=True)
+        tiers = {**TIER_LIMITS, "disk_dir": tier_dir, "host_bytes": TIER_HOST_BYTES}
+    options = {**DEMO_LIMITS, **tiers, **(limits or {})}
+    engine = Engine.tiny(seed=cfg.seed, faults=fault, **options)
+    totals = TierTotals()
     began = time.perf_counter()
     rows = []
     for i, record in enumerate(trace):
+        if tier_dir is not None and i == len(trace) // 2:  # a restart: device and host start empty
+            engine = totals.restart(engine, lambda: Engine.tiny(seed=cfg.seed, faults=fault, **options))
         rows.append(serve_one(engine, i, record, cfg, draft))
         if progress is not None:
             progress(i + 1)
-    return _report(engine, rows, time.perf_counter() - began, fault, draft)
+    report = _report(engine, rows, time.perf_counter() - began, fault, draft, totals.carried)
+    if tier_dir is not None:
+        report = attrs.evolve(report, tiers=totals.finish(engine, str(tier_dir)))
+    return report
 
 
-def _report(engine: Engine, rows: list[RequestRow], seconds: float, fault: Fault,
-            draft: DraftSpec | None) -> DemoReport:
-    s, tally, core_stats = engine.stats, engine.executor.tally, engine.manager.stats
+@attrs.define
+class TierTotals:
+    """Tier figures summed over the engines a demo ran (one per restart)."""
+
+    counts: Counter[str] = attrs.field(factory=Counter)
+    carried: Counter[str] = attrs.field(factory=Counter)  # executor and manager counters of closed engines
+    restarts: int = 0
+
+    def restart(self, engine: Engine, reopen: Callable[[], Engine]) -> Engine:
+        """Close `engine` and open another on its directory; the request statistics carry over."""
+        self._add(engine)
+        tally, stats = engine.executor.tally, engine.manager.stats
+        self.carried.update(pages_moved=tally.pages_moved, entries_copied=tally.entries_copied,
+                            entries_written=tally.entries_written, evicted_blocks=stats["evicted_blocks"],
+                            evicted_points=stats["evicted_points"])
+        engine.close()
+        self.restarts += 1
+        reopened = reopen()
+        reopened.stats = engine.stats
+        return reopened
+
+    def _add(self, engine: Engine) -> None:
+        assert engine.tiers is not None
+        report = engine.tiers.cache.report()
+        self.counts.update({k: v for k, v in report["counts"].items() if k != "store_us"})
+
+    def finish(self, engine: Engine, directory: str) -> TierReport:
+        assert engine.tiers is not None
+        self._add(engine)
+        report = engine.tiers.cache.report()
+        engine.close()
+        return TierReport(cached_by_tier=dict(engine.stats.cached_by_tier), decisions=dict(engine.stats.decisions),
+                          counts=dict(self.counts),
+                          directory=directory, restarts=self.restarts, direct_io=bool(report.get("direct_io")),
+                          direct_io_fallback=str(report.get("direct_io_fallback", "")))
+
+
+def _report(engine: Engine, rows: list[RequestRow], seconds: float, fault: Fault, draft: DraftSpec | None,
+            carried: Counter[str]) -> DemoReport:
+    s, tally, core_stats = engine.stats, engine.executor.tally, Counter(engine.manager.stats)
+    tally = attrs.evolve(tally, **{k: getattr(tally, k) + carried[k]
+                                   for k in ("pages_moved", "entries_copied", "entries_written")})
+    core_stats.update({k: carried[k] for k in ("evicted_blocks", "evicted_points")})
     validation: dict[str, dict[str, int]] = {}
     for (layer, code), n in sorted(s.reasons.items()):
         validation.setdefault(layer, {})[code] = n

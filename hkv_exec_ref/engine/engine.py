@@ -19,7 +19,9 @@ or decode step, all of which resume from the pools - is broken by
 
 from __future__ import annotations
 
+import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -31,16 +33,20 @@ from hkv_core.errors import InvalidArgument, InvalidTokens
 from hkv_core.layout import Layout, load_preset_config
 from hkv_core.manager import Allocation, CacheManager, Hit, ManagerConfig
 from hkv_core.manager.admit import as_token_array
+from hkv_core.tiers.cost import LoadDecision
 from hkv_exec_ref.engine import state_io
 from hkv_exec_ref.engine.results import ServeResult, cached_by_kind
 from hkv_exec_ref.engine.speculative import DraftSpec, Proposer, accepted_count
+from hkv_exec_ref.engine.tiered import TierLink, TierOptions, stored_key_seed
 from hkv_exec_ref.executor import RefExecutor
+from hkv_exec_ref.tiers.disk_store import DiskFaults
 from hkv_exec_ref.tiny_v4 import Config, Fault, ModelState, TinyV4, state_problems
 from hkv_exec_ref.tiny_v4.numerics import F32, I64
 
 TINY_PRESET = "tiny_v4"
 TINY_DEFAULTS: dict[str, Any] = {"default_pool_pages": 512, "retain_every_blocks": 2}
-TIERS = ("device",)
+TIERS = ("device", "host", "disk")
+DEFAULT_DISK_BYTES = 1 << 30  # a disk tier's budget when Engine.tiny gets a directory and no budget
 
 
 @attrs.define
@@ -58,13 +64,15 @@ class EngineStats:
     evicted_units: int = 0
     proposed_tokens: int = 0  # draft tokens proposed by speculative steps
     accepted_tokens: int = 0  # of them, accepted by the target
+    cached_by_tier: Counter[str] = attrs.field(factory=Counter)  # prompt tokens served from device / host / disk
+    decisions: Counter[str] = attrs.field(factory=Counter)  # tier decisions: load / recompute / split / none
 
 
 class Engine:
     """Serves requests on `model` through `manager` and `executor` (bound here)."""
 
     def __init__(self, model: TinyV4, manager: CacheManager, executor: RefExecutor, *,
-                 faults: Fault = Fault.NONE, check_states: bool = False) -> None:
+                 faults: Fault = Fault.NONE, check_states: bool = False, tiers: TierOptions | None = None) -> None:
         self.model, self.manager, self.executor = model, manager, executor
         self.config: Config = model.config
         self.layout: Layout = manager.layout
@@ -74,15 +82,44 @@ class Engine:
         self.max_step_tokens = self.config.window_tokens - 1
         self.stats = EngineStats()
         assert self.max_step_tokens >= 1, "a window of at least 2 rows"
+        model_id = f"tiny_v4 seed {model.config.seed}"  # the weights a tier's records were computed with
+        self.tiers: TierLink | None = tiers.link(manager, model_id) if tiers else None
 
     @classmethod
     def tiny(cls, seed: int = 0, *, faults: Fault = Fault.NONE, check_states: bool = False,
-             **limits: Any) -> Engine:
-        """The tiny_v4 layout, a RefExecutor, a CacheManager(ManagerConfig(**limits)) and TinyV4(seed)."""
+             disk_dir: str | Path | None = None, host_bytes: int = 0, disk_bytes: int = DEFAULT_DISK_BYTES,
+             load_policy: str = "cost", compute_flops_per_s: float | None = None,
+             disk_faults: DiskFaults | None = None, loads_in_flight: int = 4, **limits: Any) -> Engine:
+        """The tiny_v4 layout, a RefExecutor, a CacheManager(ManagerConfig(**limits)) and TinyV4(seed).
+
+        With `disk_dir` and / or `host_bytes`, block spans are also kept in a host arena of `host_bytes` and a
+        disk tier of `disk_bytes` in `disk_dir` (docs/tiers.md); reopening the same directory after `close()`
+        or a crash serves from what survived (the key seed is the one stored there).  `load_policy`
+        ("cost", "load", "recompute") decides loads at a hit; `compute_flops_per_s` fixes the compute rate the
+        cost model otherwise measures; `disk_faults` injects disk faults (tests)."""
         layout = Layout.from_preset(TINY_PRESET)
         model = TinyV4(Config.from_hf_config(load_preset_config(TINY_PRESET), seed=seed))
-        config = ManagerConfig(**{"key_seed": seed, **TINY_DEFAULTS, **limits})
-        return cls(model, CacheManager(layout, config), RefExecutor(), faults=faults, check_states=check_states)
+        stored = stored_key_seed(disk_dir)
+        config = ManagerConfig(**{"key_seed": seed if stored is None else stored, **TINY_DEFAULTS, **limits})
+        tiers = None
+        if disk_dir is not None or host_bytes:
+            tiers = TierOptions(directory=disk_dir, host_bytes=host_bytes, disk_bytes=disk_bytes, policy=load_policy,
+                                compute_flops_per_s=compute_flops_per_s, faults=disk_faults,
+                                loads_in_flight=loads_in_flight)
+        return cls(model, CacheManager(layout, config), RefExecutor(), faults=faults, check_states=check_states,
+                   tiers=tiers)
+
+    def close(self) -> None:
+        """Flush the host tier to disk (durably) and release the tiers' directory; the engine serves no more."""
+        if self.tiers is not None:
+            self.tiers.cache.close()
+            self.tiers = None
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- serving ----------------------------------------------------------------------------
 
@@ -107,16 +144,19 @@ class Engine:
         try:
             hit = self.manager.match(rid)
             self.manager.acquire(rid, hit)
-            prompt_logits = self._prefill(rid, prompt, hit.tokens, chunk_tokens or len(prompt))
+            by_tier, decision = self._from_tiers(rid, hit.tokens, len(prompt))
+            cached = sum(by_tier.values())
+            prompt_logits = self._prefill(rid, prompt, cached, chunk_tokens or len(prompt))
             tokens, logits, proposed, accepted = self._decode(rid, prompt_logits[-1], max_new_tokens, proposer)
         finally:
             self.manager.release(rid)
-        self._count(len(prompt), hit, max_new_tokens)
+        self._count(len(prompt), hit, max_new_tokens, by_tier, decision)
         self.stats.proposed_tokens += proposed
         self.stats.accepted_tokens += accepted
-        return ServeResult(tokens=tokens, logits=logits, prompt_logits=prompt_logits, cached_tokens=hit.tokens,
-                           cached_by_kind=cached_by_kind(self.layout, hit.tokens), reasons=hit.codes,
-                           reason_details=hit.reasons, proposed_tokens=proposed, accepted_tokens=accepted)
+        return ServeResult(tokens=tokens, logits=logits, prompt_logits=prompt_logits, cached_tokens=cached,
+                           cached_by_kind=cached_by_kind(self.layout, cached), reasons=hit.codes,
+                           reason_details=hit.reasons, proposed_tokens=proposed, accepted_tokens=accepted,
+                           cached_by_tier=by_tier, tier_decision=decision)
 
     def recompute(self, prompt_tokens: ArrayLike, max_new_tokens: int) -> ServeResult:
         """The same model with no cache: greedy tokens, then every logit from one full forward pass.
@@ -148,10 +188,16 @@ class Engine:
                     and np.array_equal(full[served.cached_tokens:len(prompt)], served.prompt_logits))
 
     def evict(self, tier: str = "device") -> int:
-        """Force eviction of every unpinned unit of `tier` (manager.evict); returns units evicted."""
-        if tier not in TIERS:
+        """Force eviction of every unpinned unit of `tier`: device (manager.evict), host (every record moves to
+        disk, or is dropped without one), disk (every record deleted); returns units (blocks, resume points,
+        records) evicted."""
+        have = TIERS if self.tiers is not None else TIERS[:1]
+        if tier not in have:
             raise InvalidArgument(action="evict", argument="tier", value=tier,
-                                  reason=f"this engine has only {', '.join(TIERS)}")
+                                  reason=f"this engine has only {', '.join(have)}")
+        if tier != "device":
+            assert self.tiers is not None
+            return self.tiers.cache.evict(tier)
         evicted = self.manager.evict()
         self.stats.evicted_units += evicted
         return evicted
@@ -173,6 +219,17 @@ class Engine:
                 raise InvalidArgument(action=action, argument=argument, value=value,
                                       reason=f"a prompt of {prompt_tokens} tokens and {max_new_tokens} new ones "
                                              f"run {needed} tokens through the model, past {name} of {limit}")
+
+    def _from_tiers(self, rid: int, device_tokens: int,
+                    prompt_tokens: int) -> tuple[dict[str, int], LoadDecision | None]:
+        """Tokens served per tier (the device hit, then what the tiers load) and the tiers' decision."""
+        by_tier = {"device": device_tokens, "host": 0, "disk": 0}
+        if self.tiers is None:
+            return by_tier, None
+        plan = self.tiers.plan(self.manager, rid, device_tokens, prompt_tokens)
+        if plan.decision.loaded_tokens:
+            by_tier.update(self.tiers.load(self.manager, self.executor, rid, plan, self._run_plan))
+        return by_tier, plan.decision
 
     def _prefill(self, rid: int, prompt: I64, hit_tokens: int, chunk_tokens: int) -> F32:
         outs = []
@@ -242,6 +299,9 @@ class Engine:
         """Sub-chunks of at most W - 1 tokens, cut at every snapshot boundary."""
         start, end = alloc.start_tokens, alloc.start_tokens + alloc.num_tokens
         cuts = sorted({start, end, *(b for b in alloc.snapshots if start < b < end)})
+        if self.tiers is not None:  # every block boundary: the tiers store each block's span when it ends
+            block = self.layout.block_tokens
+            cuts = sorted({*cuts, *range(-(-start // block) * block, end, block)})
         steps = []
         for lo, hi in zip(cuts, cuts[1:], strict=False):
             steps += [(a, min(a + self.max_step_tokens, hi)) for a in range(lo, hi, self.max_step_tokens)]
@@ -267,19 +327,27 @@ class Engine:
         return self.faults if p > 0 else Fault.NONE
 
     def _step(self, alloc: Allocation, tokens: I64, p: int) -> F32:
+        began = time.perf_counter()
         logits, new = self.model.forward(tokens, self._state_at(alloc, p), faults=self._faults(p))
         state_io.write_state(self.executor, self.routes, alloc, p, new, self.config)
         self.stats.forward_passes += 1
+        if self.tiers is not None:
+            self.tiers.observe_compute(p, new.prefix_tokens, time.perf_counter() - began)
+            self.tiers.store(self.manager, self.executor, alloc.request_id, alloc, new.prefix_tokens)
         return logits
 
-    def _count(self, prompt_tokens: int, hit: Hit, max_new_tokens: int) -> None:
-        s = self.stats
+    def _count(self, prompt_tokens: int, hit: Hit, max_new_tokens: int, by_tier: dict[str, int],
+               decision: LoadDecision | None) -> None:
+        s, cached = self.stats, sum(by_tier.values())
         s.requests += 1
         s.prompt_tokens += prompt_tokens
-        s.cached_tokens += hit.tokens
-        s.computed_tokens += prompt_tokens - hit.tokens + max(0, max_new_tokens - 1)
+        s.cached_tokens += cached
+        s.computed_tokens += prompt_tokens - cached + max(0, max_new_tokens - 1)
         s.generated_tokens += max_new_tokens
-        s.cached_by_kind.update(cached_by_kind(self.layout, hit.tokens))
+        s.cached_by_kind.update(cached_by_kind(self.layout, cached))
+        s.cached_by_tier.update(by_tier)
+        if decision is not None:
+            s.decisions[decision.action] += 1
         s.reasons.update((r.layer, r.code) for r in hit.reasons)
 
 

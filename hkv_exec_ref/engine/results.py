@@ -8,8 +8,10 @@ import numpy as np
 from hkv_core import units
 from hkv_core.layout import EntryKind, Layout, ObjectKind, PoolSpec
 from hkv_core.manager import Reason
+from hkv_core.tiers.cost import LoadDecision
 from hkv_exec_ref.tiny_v4.numerics import F32, I64
 
+TIER_NAMES = ("device", "host", "disk")  # where a served prefix came from
 KINDS = tuple(kind.value for kind in ObjectKind)  # compressed_kv, compressor_tail, swa_window, indexer_state
 
 
@@ -26,6 +28,9 @@ class ServeResult:
       kind came from the cache at P (largest over that kind's pools).
     - `reasons`: the Hit's reason codes; `reason_details` the full reasons.
     - `proposed_tokens` / `accepted_tokens`: draft tokens of speculative steps.
+    - `cached_by_tier`: prompt tokens served from the device hit and loaded
+      from the host and disk tiers (they sum to `cached_tokens`).
+    - `tier_decision`: the tiers' load / recompute decision (None without tiers).
     """
 
     tokens: I64
@@ -37,6 +42,8 @@ class ServeResult:
     reason_details: tuple[Reason, ...] = ()
     proposed_tokens: int = 0  # draft tokens speculative steps proposed (generate with a DraftSpec)
     accepted_tokens: int = 0  # of them, accepted by the target
+    cached_by_tier: dict[str, int] = attrs.field(factory=lambda: dict.fromkeys(TIER_NAMES, 0))
+    tier_decision: LoadDecision | None = None  # with tiers: load / recompute / split, with estimated times
 
     def same_outputs(self, other: ServeResult) -> bool:
         """Bit-identical generated tokens and logits (np.array_equal)."""

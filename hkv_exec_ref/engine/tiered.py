@@ -1,0 +1,235 @@
+"""The engine's side of the host and disk tiers: write-through of records, and loads at a hit.
+
+- `store`: when a step ends on a block boundary, the block record (its
+  compressed entries) is read from the pools and stored, and so is the point
+  record (window rows, tails) where the manager keeps a resume point (host
+  first; tiers/tier_cache.py moves records to disk), so what the device evicts
+  later is still held below it.
+- `plan`: after the device hit at P, runs of blocks whose records the tiers
+  hold, each ending at a point record, are the candidates - never past a
+  boundary where the request keeps a point the tiers lack (its snapshot would
+  be empty), never into the block holding the prompt's last token (one token is
+  always computed); the cost model decides how many to load.
+- `load`: fetch the chosen records (disk reads on worker threads, each
+  checked), allocate up to the deepest end whose records all arrived, write
+  entries, window rows and tails into the new slots (tails also into the
+  snapshot pages of kept points and the working tail), and commit: the manager
+  publishes them as if they had been computed.  The rest is recomputed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+import numpy as np
+from numpy.typing import NDArray
+
+from hkv_core.errors import ConfigError, InvalidArgument
+from hkv_core.executor import Executor
+from hkv_core.layout import Layout, PoolSpec
+from hkv_core.manager import Allocation, CacheManager
+from hkv_core.tiers.cost import Candidate, CostModel, LoadDecision, Rate, recompute_flops
+from hkv_exec_ref.tiers import span_io
+from hkv_exec_ref.tiers.disk_store import DiskFaults
+from hkv_exec_ref.tiers.tier_cache import META_FILE, Loaded, TierCache, Wanted, record_name
+
+DEFAULT_COMPUTE_FLOPS_PER_S = 1e9  # until forward passes are measured
+DEFAULT_RATES = {"host": (5e9, 2e-6), "disk": (1e9, 1e-4)}  # bytes per second, seconds per record
+
+
+def default_cost(policy: str, compute_flops_per_s: float | None) -> CostModel:
+    """Starting rates: the given compute rate (kept) or a default the engine's forward passes replace."""
+    compute = Rate(compute_flops_per_s or DEFAULT_COMPUTE_FLOPS_PER_S, fixed=bool(compute_flops_per_s))
+    return CostModel(compute=compute, tiers={t: Rate(bw, lat) for t, (bw, lat) in DEFAULT_RATES.items()},
+                     policy=policy)
+
+
+@attrs.frozen(kw_only=True)
+class TierOptions:
+    """How an engine's tiers are built: a host arena of `host_bytes`, a disk tier in `directory` (None: host
+    only) of `disk_bytes`, the decision `policy` (hkv_core.tiers.cost.POLICIES), a compute rate to use instead
+    of measuring one, injected disk faults (tests), and the cap on disk loads in flight."""
+
+    directory: str | Path | None = None
+    host_bytes: int = 0
+    disk_bytes: int = 1 << 30
+    policy: str = "cost"
+    compute_flops_per_s: float | None = None
+    faults: DiskFaults | None = None
+    loads_in_flight: int = 4
+
+    def link(self, manager: CacheManager, model_id: str) -> TierLink:
+        """The TierCache (opened on `directory`) and the link between it and `manager`'s pools."""
+        seed = manager.config.key_seed
+        if seed is None and self.directory is not None:
+            raise ConfigError("a disk tier outlives the process: its keys need a fixed key_seed, not a random one",
+                              source="ManagerConfig", key="key_seed")
+        for name in ("host_bytes", "disk_bytes", "loads_in_flight"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (name == "loads_in_flight"):
+                raise InvalidArgument(action="Engine", argument=name, value=value,
+                                      reason="must be an integer >= " + ("1" if name == "loads_in_flight" else "0"))
+        pools = tuple(b.spec for b in manager.bindings())
+        cost = default_cost(self.policy, self.compute_flops_per_s)
+        cache = TierCache(pools=pools, layout_fingerprint=manager.layout.fingerprint(), model_id=model_id,
+                          key_seed=seed or 0, host_bytes=self.host_bytes, directory=self.directory,
+                          disk_bytes=self.disk_bytes, faults=self.faults, loads_in_flight=self.loads_in_flight)
+        return TierLink(cache, cost, manager.layout, pools)
+
+
+def stored_key_seed(directory: str | Path | None) -> int | None:
+    """The key seed a cache directory's records were keyed with (None when it holds no cache yet)."""
+    path = Path(directory) / META_FILE if directory is not None else None
+    if path is None or not path.exists():
+        return None
+    try:
+        seed = json.loads(path.read_text()).get("key_seed")
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"unreadable ({err})", source=str(path), key="cache.json") from None
+    return seed if isinstance(seed, int) else None
+
+
+@attrs.define
+class TierPlan:
+    """A request's decision, the candidates it chose from, its block keys from the device hit on, and the
+    boundaries where it keeps resume points (each needs its point record)."""
+
+    decision: LoadDecision
+    candidates: list[Candidate]
+    keys: NDArray[np.uint64]
+    retained: set[int]
+
+
+class TierLink:
+    """Block and point records between an engine's pools and a TierCache, with the cost model."""
+
+    def __init__(self, cache: TierCache, cost: CostModel, layout: Layout, pools: tuple[PoolSpec, ...]) -> None:
+        self.cache, self.cost, self.layout, self.pools = cache, cost, layout, pools
+        self.block = layout.block_tokens
+        self.kinds = tuple(k for k in span_io.KINDS if span_io.pools_of(pools, k))  # no window or tail: no points
+
+    def observe_compute(self, lo: int, hi: int, seconds: float) -> None:
+        self.cost.compute.observe(recompute_flops(self.layout, lo, hi), seconds)
+
+    def _bytes(self, kind: str, hi: int) -> int:
+        return span_io.payload_bytes(self.layout, self.pools, kind, hi - self.block, hi)
+
+    def _want(self, kind: str, key: NDArray[np.uint64], hi: int) -> Wanted:
+        lo, end = span_io.token_range(self.layout, kind, hi - self.block, hi)
+        return Wanted(kind, key, lo, end)
+
+    def plan(self, manager: CacheManager, rid: int, device_tokens: int, prompt_tokens: int) -> TierPlan:
+        """Candidates after the device hit - runs of blocks the tiers hold, each ending at a point record they
+        hold, never past a kept boundary without its point nor into the prompt's last block - and the decision."""
+        limit = (prompt_tokens - 1) // self.block * self.block
+        keys = manager.block_keys(rid, device_tokens // self.block)
+        retained = set(manager.retained_boundaries(rid, device_tokens, limit)) if limit > device_tokens else set()
+        candidates, run = [], _Run(device_tokens)
+        for i, key in enumerate(keys):
+            hi = device_tokens + (i + 1) * self.block
+            block, point = (self.cache.where(record_name(key, kind)) if kind in self.kinds else "device"
+                            for kind in span_io.KINDS)
+            if hi > limit or block is None or (point is None and hi in retained):
+                break
+            run.add(block, self.block, self._bytes(span_io.BLOCK, hi))
+            if point is not None:
+                run.add(point, 0, self._bytes(span_io.POINT, hi))
+                candidates.append(run.close(hi))
+                run = _Run(hi)
+        return TierPlan(decision=self.cost.decide(self.layout, device_tokens, candidates), candidates=candidates,
+                        keys=keys, retained=retained)
+
+    def load(self, manager: CacheManager, executor: Executor, rid: int, plan: TierPlan,
+             run_plan: Callable[[Allocation], Allocation]) -> dict[str, int]:
+        """Fetch the chosen records (checked), then allocate, write and commit up to the deepest end whose
+        records all arrived; tokens loaded per tier (blocks count for the tier of their block record)."""
+        out = dict.fromkeys(self.cost.tiers, 0)
+        chosen = plan.candidates[:plan.decision.chosen]
+        if not chosen:
+            return out
+        start, ends = chosen[0].lo, {c.hi for c in chosen}
+        points = sorted(ends | {b for b in plan.retained if b <= chosen[-1].hi})
+        his = range(start + self.block, chosen[-1].hi + 1, self.block)
+        key = {hi: plan.keys[(hi - start) // self.block - 1] for hi in his}
+        wanted = [self._want(span_io.BLOCK, key[hi], hi) for hi in his if span_io.BLOCK in self.kinds]
+        wanted += [self._want(span_io.POINT, key[hi], hi) for hi in points if span_io.POINT in self.kinds]
+        got = dict(zip([(w.kind, w.hi) for w in wanted], self.cache.fetch(wanted), strict=True))
+        end = self._deepest_end(start, sorted(ends), plan.retained, got)
+        if end == start:
+            return out
+        alloc = run_plan(manager.allocate(rid, end - start))
+        for w in wanted:
+            found = got[(w.kind, w.hi)]
+            if found is None or w.hi > end or (w.kind == span_io.POINT and w.hi not in plan.retained | {end}):
+                continue
+            tier, payload, seconds = found
+            lo = w.hi - self.block if w.kind == span_io.BLOCK else w.lo
+            arrays = span_io.decode(self.layout, self.pools, w.kind, payload, lo, w.hi)
+            span_io.write(executor, self.layout, self.pools, w.kind, alloc, lo, w.hi, arrays, last=w.hi == end)
+            self.cost.tiers[tier].observe(len(payload), seconds)
+            out[tier] += self.block if w.kind == span_io.BLOCK else 0
+        manager.commit(rid, end - start)
+        self.cache.touch([w.name for w in wanted if w.hi <= end])
+        return out
+
+    def _deepest_end(self, start: int, ends: list[int], retained: set[int],
+                     got: dict[tuple[str, int], Loaded | None]) -> int:
+        """The deepest candidate end whose block records, kept points and own point all arrived."""
+        best = start
+        for end in ends:
+            blocks = all(got.get((span_io.BLOCK, hi), True) is not None
+                         for hi in range(start + self.block, end + 1, self.block))
+            points = all(got.get((span_io.POINT, b), True) is not None for b in retained | {end} if b <= end)
+            if not (blocks and points):
+                break
+            best = end
+        return best
+
+    def store(self, manager: CacheManager, executor: Executor, rid: int, alloc: Allocation, hi: int) -> None:
+        """After a step that ended at `hi`: the block record of the block ending there (when `hi` is a block
+        boundary and the block is keyed: its tokens are verified), and the point record at `hi` when the
+        manager keeps a resume point there."""
+        if hi % self.block or not hi:
+            return
+        keys = manager.block_keys(rid, hi // self.block - 1)
+        if not len(keys):
+            return
+        began = time.perf_counter()
+        for kind in self.kinds:
+            if kind == span_io.POINT and hi not in alloc.snapshots:
+                continue
+            want = self._want(kind, keys[0], hi)
+            if self.cache.where(want.name) is not None:
+                self.cache.touch([want.name])
+                continue
+            lo = hi - self.block if kind == span_io.BLOCK else want.lo
+            arrays = span_io.read(executor, self.layout, self.pools, kind, alloc, lo, hi)
+            self.cache.put(kind, keys[0], want.lo, want.hi, span_io.encode(self.pools, kind, arrays))
+        self.cache.counts["store_us"] += int((time.perf_counter() - began) * 1e6)
+
+
+@attrs.define
+class _Run:
+    """Blocks gathered into the next candidate: tokens, bytes and records per tier."""
+
+    lo: int
+    tokens: Counter[str] = attrs.field(factory=Counter)
+    nbytes: Counter[str] = attrs.field(factory=Counter)
+    records: Counter[str] = attrs.field(factory=Counter)
+
+    def add(self, tier: str, tokens: int, nbytes: int) -> None:
+        """A record of `tier` (\"device\": a kind this layout does not have: nothing to load)."""
+        if tier == "device":
+            return
+        self.tokens[tier] += tokens
+        self.nbytes[tier] += nbytes
+        self.records[tier] += 1
+
+    def close(self, hi: int) -> Candidate:
+        return Candidate(lo=self.lo, hi=hi, tokens=dict(self.tokens), bytes=dict(self.nbytes),
+                         records=dict(self.records))
