@@ -79,6 +79,7 @@ class Engine:
         self.routes = state_io.routes(self.layout, self.config)
         self.addresses = executor.bind(manager.bindings(), manager)
         self.faults, self.check_states = faults, check_states
+        self.closed = False
         self.max_step_tokens = self.config.window_tokens - 1
         self.stats = EngineStats()
         assert self.max_step_tokens >= 1, "a window of at least 2 rows"
@@ -114,6 +115,7 @@ class Engine:
         if self.tiers is not None:
             self.tiers.cache.close()
             self.tiers = None
+        self.closed = True
 
     def __enter__(self) -> Engine:
         return self
@@ -131,6 +133,9 @@ class Engine:
         the vocabulary; InvalidArgument for a negative `max_new_tokens`, a `chunk_tokens` below 1, a `draft`
         that is not a DraftSpec, and for a prompt and `max_new_tokens` the model's positions or the manager's
         `max_request_tokens` cannot hold (checked before the manager sees the request)."""
+        if self.closed:
+            raise InvalidArgument(action="generate", argument="engine", value="closed",
+                                  reason="this engine was closed (its tiers released); open a new one")
         prompt = _prompt(prompt_tokens, self.config.vocab)
         _count("generate", "max_new_tokens", max_new_tokens, 0)
         self._fits("generate", prompt_tokens, len(prompt), max_new_tokens)

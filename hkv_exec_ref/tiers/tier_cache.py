@@ -81,7 +81,11 @@ class TierCache:
                  host_bytes: int, directory: str | Path | None = None, disk_bytes: int = 0,
                  faults: DiskFaults | None = None, loads_in_flight: int = 4) -> None:
         self.pools, self.fingerprint, self.abi_id = tuple(pools), layout_fingerprint, span_abi_id(pools)
-        self.host = HostStore(host_bytes)
+        try:
+            self.host = HostStore(host_bytes)
+        except (MemoryError, ValueError) as err:
+            raise TierError(tier="host", record="arena", reason=f"cannot preallocate {host_bytes:,} bytes "
+                            f"({type(err).__name__})") from None
         self.host_lru: OrderedDict[str, None] = OrderedDict()
         self.disk_lru: OrderedDict[str, None] = OrderedDict()
         self.counts: Counter[str] = Counter()
@@ -98,8 +102,12 @@ class TierCache:
 
     def _open(self, model_id: str, key_seed: int, disk_bytes: int, faults: DiskFaults | None) -> None:
         assert self.directory is not None
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._lock_fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise TierError(tier="disk", record=str(self.directory), reason=f"cannot open the directory: "
+                            f"{err.strerror}", errno=err.errno) from None
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -111,6 +119,10 @@ class TierCache:
             self.key_seed = self._meta(model_id, key_seed)
             self.disk = DiskStore(self.directory / RECORDS_DIR, disk_bytes, self.fingerprint, faults=faults)
             self.writer = DiskWriter(self.disk)
+        except OSError as err:
+            self.abandon()
+            raise TierError(tier="disk", record=str(self.directory), reason=f"cannot use the directory: "
+                            f"{err.strerror}", errno=err.errno) from None
         except BaseException:
             self.abandon()
             raise
@@ -305,7 +317,10 @@ class TierCache:
             if got is not None and got[0] == "disk":
                 self.counts["loaded_disk"] += 1
             elif got is None and self.where(want.name) == "disk":
-                self.disk_lru.pop(want.name, None)  # quarantined or unreadable: forget it
+                del self.disk_lru[want.name]  # quarantined (kept as evidence, outside the budget) or unreadable
+                assert self.disk is not None
+                if want.name in self.disk.sizes:  # unreadable: deleted, or its bytes would leak from the budget
+                    self.disk.remove(want.name)
                 self.counts["missed_disk"] += 1
         return out
 

@@ -123,3 +123,24 @@ def test_the_cost_model_can_choose_to_recompute(tmp_path: Path) -> None:
     assert again.cached_tokens == 0 and again.tier_decision.recompute_s == 0.0
     assert again.tier_decision.candidate_tokens == 32 and engine.matches_recompute(prompt, again)
     engine.close()
+
+
+def test_unusable_directories_and_arenas_are_typed_errors(tmp_path: Path) -> None:
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(TierError, match="cannot open the directory"):
+        Engine.tiny(0, disk_dir=tmp_path / "a_file")
+    with pytest.raises(TierError, match="cannot preallocate"):
+        Engine.tiny(0, host_bytes=1 << 62)
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "cache.json").write_text("{not json")
+    with pytest.raises(ConfigError, match="unreadable"):
+        Engine.tiny(0, disk_dir=tmp_path / "broken")
+
+
+def test_a_closed_engine_serves_no_more(tmp_path: Path) -> None:
+    engine = tiny(tmp_path)
+    engine.close()
+    engine.close()  # twice is fine
+    with pytest.raises(InvalidArgument, match="closed"):
+        engine.generate([1, 2, 3], 2)
+    tiny(tmp_path).close()  # the directory was released
