@@ -21,12 +21,13 @@ request of `--blocks` blocks (+ 1 token) allocated through a CacheManager, its
 pages filled with random bytes in a RefExecutor, and its `--blocks` block
 records and the point record at its end (as tests/tiers/test_record_round_trip.py):
 
-- host offload: `span_io.read` + `span_io.encode` + `TierCache.put` of every
-  record (the engine's `TierLink.store`: checksum, header, host arena) against
+- host offload: `TierCache.store` of every record with `span_io.export` as its
+  fill (the engine's `TierLink.store`: each page run copied from the pools
+  straight into the host arena, then checksum and header) against
   `numpy.copyto` of the same payload bytes out of the pool arrays into a
   preallocated host buffer;
-- host reload: `TierCache.fetch` from the host (header and payload checked) +
-  `span_io.decode` + `span_io.write` into a second request's allocation (the
+- host reload: `TierCache.fetch` from the host (header and payload checked, a
+  view of the arena) + `span_io.load` into a second request's allocation (the
   engine's `TierLink.load`) against `numpy.copyto` of the same bytes back into
   preallocated arrays;
 - disk offload: the host offload and then `TierCache.evict("host")` (one
@@ -35,7 +36,7 @@ records and the point record at its end (as tests/tiers/test_record_round_trip.p
   page-aligned buffers filled before the clock starts (the stores section's
   baseline builds an aligned buffer per file, as DiskStore does, and pays
   that too); `demote_gbps`: the eviction alone.  Disk reload: `TierCache.fetch`
-  from disk (loader threads, checked) + decode + write against a plain read
+  from disk (loader threads, checked) + `span_io.load` against a plain read
   of the raw files, one after another.
 - the first run checks that the second allocation reads back bit-exact after
   each reload (not timed); `phases_ms` splits the record path into its steps
@@ -51,6 +52,7 @@ run with its commit.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import mmap
 import os
@@ -252,8 +254,7 @@ class RecordBench:
 def record_runs(bench: RecordBench, directory: Path, check: bool) -> dict[str, float]:
     """One run of every side of the record-path section; seconds per side and per phase."""
     layout, pools, ex = bench.layout, bench.pools, bench.executor
-    phase = dict.fromkeys(("read", "encode", "put", "fetch_host", "fetch_disk", "decode_write_host",
-                           "decode_write_disk"), 0.0)
+    phase = dict.fromkeys(("store", "fetch_host", "fetch_disk", "load_host", "load_disk"), 0.0)
     flat = np.empty(bench.total, np.uint8)
     back = np.empty(bench.total, np.uint8)
     for buffer in (flat, back):
@@ -263,18 +264,13 @@ def record_runs(bench: RecordBench, directory: Path, check: bool) -> dict[str, f
     raw = directory / "raw"
     raw.mkdir()
 
-    def offload() -> None:  # TierLink.store, every record
+    def offload() -> None:  # TierLink.store, every record: exported from the pools straight into the arena
         for kind, lo, hi, read_lo, key in bench.records:
             t0 = time.perf_counter()
-            arrays = span_io.read(ex, layout, pools, kind, bench.source, read_lo, hi)
-            t1 = time.perf_counter()
-            payload = span_io.encode(pools, kind, arrays)
-            t2 = time.perf_counter()
-            cache.put(kind, key, lo, hi, payload)
-            t3 = time.perf_counter()
-            phase["read"] += t1 - t0
-            phase["encode"] += t2 - t1
-            phase["put"] += t3 - t2
+            nbytes = span_io.payload_bytes(layout, pools, kind, read_lo, hi)
+            cache.store(kind, key, lo, hi, nbytes,
+                        functools.partial(span_io.export, ex, layout, pools, kind, bench.source, read_lo, hi))
+            phase["store"] += time.perf_counter() - t0
 
     def copy_in() -> None:  # the same bytes per pool out of that pool's pages (past the NULL page), back to back
         at, offsets = 0, {}
@@ -292,11 +288,10 @@ def record_runs(bench: RecordBench, directory: Path, check: bool) -> dict[str, f
         t1 = time.perf_counter()
         for (kind, _, hi, read_lo, _), found in zip(bench.records, got, strict=True):
             assert found is not None and found[0] == tier, (tier, kind, hi, found and found[0])
-            arrays = span_io.decode(layout, pools, kind, found[1], read_lo, hi)
-            span_io.write(ex, layout, pools, kind, bench.target, read_lo, hi, arrays, last=hi == bench.end)
+            span_io.load(ex, layout, pools, kind, bench.target, read_lo, hi, found[1], last=hi == bench.end)
         t2 = time.perf_counter()
         phase[f"fetch_{tier}"] += t1 - t0
-        phase[f"decode_write_{tier}"] += t2 - t1
+        phase[f"load_{tier}"] += t2 - t1
 
     def verify(tier: str) -> None:  # not timed: the target reads back what the source held, bit-exact
         for kind, _, hi, read_lo, _ in bench.records:

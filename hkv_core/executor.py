@@ -17,6 +17,10 @@ manager: it depends on layout, plan and errors, never on the manager.
   `(n, layers, entries_per_page, *entry_shape)`.
 - `write(pool, slots, values)`: one entry per flat slot
   `page * entries_per_page + offset`, values shaped `(n, layers, *entry_shape)`.
+- `export_rows(pool, runs, out)` / `import_rows(pool, runs, src)`: the tiers'
+  offload and reload: runs `(page, first, stop)` of entries, copied in order
+  to or from a host array shaped `(layers, n, *entry_shape)` (n the runs'
+  total), one strided copy per run (docs/tiers.md).
 
 A pool's array has shape `PoolBinding.shape`:
 `(pages, layers, entries_per_page, *entry_shape)`, page 0 being the NULL page
@@ -34,7 +38,9 @@ from numpy.typing import ArrayLike, NDArray
 from hkv_core.layout import PoolSpec
 from hkv_core.plan import Completion, Plan
 
-__all__ = ["Executor", "PlanAuthority", "PoolBinding", "TrustingAuthority"]
+__all__ = ["Executor", "PlanAuthority", "PoolBinding", "Run", "TrustingAuthority"]
+
+Run = tuple[int, int, int]  # (page, first entry, stop entry): one contiguous piece of a page
 
 
 @attrs.frozen(kw_only=True)
@@ -90,4 +96,13 @@ class Executor(Protocol):
 
     def write(self, pool: str, slots: ArrayLike, values: ArrayLike) -> None:
         """Write one entry (every layer) per flat slot; values (n, layers, *entry_shape)."""
+        ...
+
+    def export_rows(self, pool: str, runs: Sequence[Run], out: NDArray[Any]) -> None:
+        """Copy entries [first, stop) of each run's page, in order, into `out` (layers, n, *entry_shape)."""
+        ...
+
+    def import_rows(self, pool: str, runs: Sequence[Run], src: NDArray[Any]) -> None:
+        """Copy `src` (layers, n, *entry_shape), in order, into entries [first, stop) of each run's page (never
+        the NULL page)."""
         ...

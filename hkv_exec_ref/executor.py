@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from hkv_core.errors import MissingDependency, UnknownPool
-from hkv_core.executor import PlanAuthority, PoolBinding
+from hkv_core.executor import PlanAuthority, PoolBinding, Run
 from hkv_core.plan import Checksum, Completion, CopyPages, FillPages, LoadRecord, Op, Plan, StoreRecord, page_digest
 from hkv_core.units import NULL_PAGE
 
@@ -182,6 +182,26 @@ class RefExecutor:
         assert np.unique(flat).size == flat.size, f"{pool}: a slot written twice in one call"
         array[pages, :, offsets] = data
         self.tally.entries_written += flat.size
+
+    def export_rows(self, pool: str, runs: Sequence[Run], out: NDArray[Any]) -> None:
+        """Entries [first, stop) of each run's page, in order, into `out` (layers, n, *entry_shape)."""
+        array, at = self.pools[pool], 0
+        for page, first, stop in runs:
+            assert 0 <= page < array.shape[0] and 0 <= first <= stop <= array.shape[2], (pool, page, first, stop)
+            np.copyto(out[:, at:at + stop - first], array[page, :, first:stop])
+            at += stop - first
+        assert at == out.shape[1], (pool, at, out.shape)
+        self.tally.entries_read += at
+
+    def import_rows(self, pool: str, runs: Sequence[Run], src: NDArray[Any]) -> None:
+        """`src` (layers, n, *entry_shape), in order, into entries [first, stop) of each run's page."""
+        array, at = self.pools[pool], 0
+        for page, first, stop in runs:
+            assert NULL_PAGE < page < array.shape[0] and 0 <= first <= stop <= array.shape[2], (pool, page)
+            np.copyto(array[page, :, first:stop], src[:, at:at + stop - first])
+            at += stop - first
+        assert at == src.shape[1], (pool, at, src.shape)
+        self.tally.entries_written += at
 
 
 def _pages_moved(op: Op) -> int:

@@ -33,24 +33,25 @@ from numpy.typing import NDArray
 
 from hkv_core.errors import RecordCorrupt
 
-__all__ = ["ALIGN_BYTES", "FORMAT_VERSION", "HEADER_BYTES", "MAGIC", "MAX_KEYS", "RecordHeader", "checksum",
+__all__ = ["ALIGN_BYTES", "FORMAT_VERSION", "HEADER_BYTES", "MAGIC", "MAX_KEYS", "UNSUMMED", "RecordHeader", "checksum",
            "pack_header", "padded", "unpack_header"]
 
 MAGIC = b"HKVREC\x00\x01"  # a record's first bytes
-FORMAT_VERSION = 1  # bumped when the header's layout changes (older records are then quarantined)
+FORMAT_VERSION = 2  # bumped when the header's or payload's layout changes (older records are then quarantined)
 HEADER_BYTES = 4096  # the header, zero padded
 ALIGN_BYTES = 4096  # header and payload sizes: direct I/O's alignment
 DIGEST_BYTES = 16
+UNSUMMED = bytes(DIGEST_BYTES)  # a host record's payload checksum until it goes to disk (computed there)
 KEY_BYTES = 16
 MAX_TEXT_BYTES = 512  # kind and ABI id
 MAX_KEYS = 200  # block keys a header holds (a record spans at most one page: 512 tokens are 32 blocks of 16)
 _FIXED = struct.Struct("<8sI16s")
 
 
-def checksum(data: bytes | memoryview) -> bytes:
+def checksum(data: bytes | memoryview | NDArray[np.uint8]) -> bytes:
     """XXH3-128, unseeded: the payload and header checksum (it detects torn and altered bytes; records are
     trusted only within one cache's directory, so it needs no key; about ten times BLAKE2b's speed)."""
-    return bytes(xxhash.xxh3_128_digest(data))
+    return bytes(xxhash.xxh3_128_digest(data.data if isinstance(data, np.ndarray) else data))
 
 
 def padded(payload_bytes: int) -> int:

@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections import Counter
@@ -169,8 +170,7 @@ class TierLink:
                 continue
             tier, payload, seconds = found
             lo = w.hi - self.block if w.kind == span_io.BLOCK else w.lo
-            arrays = span_io.decode(self.layout, self.pools, w.kind, payload, lo, w.hi)
-            span_io.write(executor, self.layout, self.pools, w.kind, alloc, lo, w.hi, arrays, last=w.hi == end)
+            span_io.load(executor, self.layout, self.pools, w.kind, alloc, lo, w.hi, payload, last=w.hi == end)
             self.cost.tiers[tier].observe(len(payload), seconds)
             out[tier] += self.block if w.kind == span_io.BLOCK else 0
         manager.commit(rid, end - start)
@@ -208,8 +208,9 @@ class TierLink:
                 self.cache.touch([want.name])
                 continue
             lo = hi - self.block if kind == span_io.BLOCK else want.lo
-            arrays = span_io.read(executor, self.layout, self.pools, kind, alloc, lo, hi)
-            self.cache.put(kind, keys[0], want.lo, want.hi, span_io.encode(self.pools, kind, arrays))
+            nbytes = span_io.payload_bytes(self.layout, self.pools, kind, lo, hi)
+            self.cache.store(kind, keys[0], want.lo, want.hi, nbytes, functools.partial(
+                span_io.export, executor, self.layout, self.pools, kind, alloc, lo, hi))
         self.cache.counts["store_us"] += int((time.perf_counter() - began) * 1e6)
 
 

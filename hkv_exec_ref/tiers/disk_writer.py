@@ -1,7 +1,8 @@
 """Durable disk batches written on a worker thread and settled on the caller's thread.
 
-`submit` hands a batch of records to the writer thread (`DiskStore.put_many`:
-all published or none); the caller keeps its source copies until `reap` reports
+`submit` hands a batch of records to the writer thread, which computes the
+payload checksums the host tier leaves unsummed and publishes the batch
+(`DiskStore.put_many`: all or none); the caller keeps its source copies until `reap` reports
 the batch settled, so a record is always readable somewhere while it moves.
 Batches settle in submission order; a batch's exception (TierError, or the
 injected Crash) is returned with it, never lost.
@@ -12,15 +13,18 @@ from __future__ import annotations
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from hkv_core.tiers.record import HEADER_BYTES, RecordHeader, padded
-from hkv_exec_ref.tiers.disk_store import DiskStore
+import attrs
+import numpy as np
 
-Record = tuple[str, RecordHeader, bytes]
+from hkv_core.tiers.record import HEADER_BYTES, UNSUMMED, RecordHeader, checksum, padded
+from hkv_exec_ref.tiers.disk_store import Buffer, DiskStore
+
+Record = tuple[str, RecordHeader, Buffer]  # name, header, the payload or the record's whole image
 
 
 def record_bytes(records: list[Record]) -> int:
     """Bytes a batch takes on disk (headers and padding included)."""
-    return sum(HEADER_BYTES + padded(len(payload)) for _, _, payload in records)
+    return sum(HEADER_BYTES + padded(header.payload_bytes) for _, header, _ in records)
 
 
 class DiskWriter:
@@ -39,8 +43,20 @@ class DiskWriter:
         return {name for _, names, _ in self.pending for name in names}
 
     def submit(self, records: list[Record]) -> None:
-        future = self.pool.submit(self.disk.put_many, records)
+        future = self.pool.submit(self._publish, records)
         self.pending.append((future, [name for name, _, _ in records], record_bytes(records)))
+
+    def _publish(self, records: list[Record]) -> None:
+        """On the writer thread: checksum what the host left unsummed, then publish the batch durably."""
+        summed = []
+        for name, header, data in records:
+            if header.payload_checksum == UNSUMMED:
+                view = np.frombuffer(data, np.uint8)
+                payload = view[HEADER_BYTES:HEADER_BYTES + header.payload_bytes] if len(view) > header.payload_bytes \
+                    else view
+                header = attrs.evolve(header, payload_checksum=checksum(payload))
+            summed.append((name, header, data))
+        self.disk.put_many(summed)
 
     def reap(self, wait: bool = False) -> list[tuple[list[str], BaseException | None]]:
         """Settled batches, oldest first: their names and exception (None: published).  With `wait`, at least

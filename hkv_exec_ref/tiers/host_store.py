@@ -1,16 +1,19 @@
 """The host tier: records in one preallocated byte arena with a fixed budget.
 
-The arena is allocated once (`budget_bytes`, rounded up to 4,096); records
-take 4,096-byte aligned extents, first fit from an ordered free list that is
-coalesced on every free, so nothing grows after construction.  `put` copies a
-record in (TierFull, nothing changed, when no extent is large enough),
-`view` returns a read-only view of its bytes (no copy), `get` a copy,
-`drop` frees it.
+The arena is allocated once (`budget_bytes`, rounded up to 4,096), page
+aligned; records take 4,096-byte aligned extents, first fit from an ordered
+free list that is coalesced on every free, so nothing grows after
+construction.  `put` copies a record in (TierFull, nothing changed, when no
+extent is large enough), `reserve` hands out a record's extent to fill in
+place, `view` returns a read-only view of its bytes (no copy), `image` the
+whole extent (the bytes, then zeros to 4,096: what O_DIRECT writes straight to
+disk), `get` a copy, `drop` frees it.
 """
 
 from __future__ import annotations
 
 import bisect
+import mmap
 
 import numpy as np
 from numpy.typing import NDArray
@@ -26,7 +29,10 @@ class HostStore:
 
     def __init__(self, budget_bytes: int) -> None:
         size = padded(int(budget_bytes))
-        self.arena = np.empty(size, np.uint8)
+        self._map = mmap.mmap(-1, size) if size else None  # page aligned: extents can go to disk with O_DIRECT
+        if self._map is not None and hasattr(mmap, "MADV_HUGEPAGE"):
+            self._map.madvise(mmap.MADV_HUGEPAGE)  # as large numpy arrays get: fewer TLB misses on big copies
+        self.arena = np.frombuffer(self._map, np.uint8) if self._map is not None else np.zeros(0, np.uint8)
         self.arena.fill(0)  # committed now, not at the first offload (preallocated means resident)
         self.budget = size
         self.free: list[tuple[int, int]] = [(0, size)] if size else []  # (start, length), ordered by start
@@ -39,7 +45,12 @@ class HostStore:
     def put(self, name: str, data: bytes | NDArray[np.uint8]) -> None:
         """Copy `data` in as record `name` (replacing one of that name); TierFull when no extent fits."""
         src = np.frombuffer(data, np.uint8) if isinstance(data, bytes | bytearray) else data.reshape(-1).view(np.uint8)
-        need = padded(src.size)
+        np.copyto(self.reserve(name, src.size), src)
+
+    def reserve(self, name: str, nbytes: int) -> NDArray[np.uint8]:
+        """The writable extent of a record `name` of `nbytes` (replacing one of that name), its padding zeroed;
+        TierFull, nothing changed, when no extent fits."""
+        need = padded(nbytes)
         old = self.records.get(name)
         if old is not None and padded(old[1]) >= need:  # rewrite in place; a shorter record frees its tail
             start = old[0]
@@ -57,13 +68,21 @@ class HostStore:
                 self.free[at] = (start + need, length - need)
             if old is not None:
                 self._release(*old)
-        np.copyto(self.arena[start:start + src.size], src)
-        self.records[name] = (start, src.size)
+        self.arena[start + nbytes:start + need] = 0
+        self.records[name] = (start, nbytes)
+        return self.arena[start:start + nbytes]
 
     def view(self, name: str) -> NDArray[np.uint8]:
         """The record's bytes, read-only and without a copy (valid until it is dropped or replaced)."""
         start, size = self._find(name)
         out = self.arena[start:start + size]
+        out.flags.writeable = False
+        return out
+
+    def image(self, name: str) -> NDArray[np.uint8]:
+        """The record's whole extent, read-only: its bytes, then zeros to a multiple of 4,096."""
+        start, size = self._find(name)
+        out = self.arena[start:start + padded(size)]
         out.flags.writeable = False
         return out
 

@@ -26,7 +26,7 @@ import json
 import os
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -37,8 +37,8 @@ from numpy.typing import NDArray
 
 from hkv_core.errors import ConfigError, RecordCorrupt, TierError, TierFull
 from hkv_core.layout import PoolSpec
-from hkv_core.tiers.record import HEADER_BYTES, RecordHeader, checksum, pack_header, unpack_header
-from hkv_exec_ref.tiers.disk_store import Crash, DiskFaults, DiskStore
+from hkv_core.tiers.record import HEADER_BYTES, UNSUMMED, RecordHeader, checksum, pack_header, unpack_header
+from hkv_exec_ref.tiers.disk_store import Buffer, Crash, DiskFaults, DiskStore
 from hkv_exec_ref.tiers.disk_writer import DiskWriter, Record, record_bytes
 from hkv_exec_ref.tiers.host_store import HostStore
 from hkv_exec_ref.tiers.span_io import BLOCK, POINT
@@ -66,7 +66,7 @@ class Wanted:
         return record_name(self.key, self.kind)
 
 
-Loaded = tuple[str, bytes, float]  # (tier, payload, seconds the read took)
+Loaded = tuple[str, Buffer, float]  # (tier, payload (a view: use it before the next put), seconds the read took)
 
 
 def span_abi_id(pools: Sequence[PoolSpec]) -> str:
@@ -83,7 +83,7 @@ class TierCache:
         self.pools, self.fingerprint, self.abi_id = tuple(pools), layout_fingerprint, span_abi_id(pools)
         try:
             self.host = HostStore(host_bytes)
-        except (MemoryError, ValueError) as err:
+        except (MemoryError, ValueError, OverflowError, OSError) as err:
             raise TierError(tier="host", record="arena", reason=f"cannot preallocate {host_bytes:,} bytes "
                             f"({type(err).__name__})") from None
         self.host_lru: OrderedDict[str, None] = OrderedDict()
@@ -176,26 +176,46 @@ class TierCache:
         """The tier holding record `name` (host first: a record moving to disk is read from the host), or None."""
         return "host" if name in self.host_lru else "disk" if name in self.disk_lru else None
 
-    def put(self, kind: str, key: NDArray[np.uint64], lo: int, hi: int, payload: bytes) -> None:
+    def put(self, kind: str, key: NDArray[np.uint64], lo: int, hi: int, payload: Buffer) -> None:
         """Store a `kind` record of block `key` over tokens [lo, hi) (one already held is only touched)."""
+        src = np.frombuffer(payload, np.uint8)
+        self.store(kind, key, lo, hi, len(src), lambda out: np.copyto(out, src))
+
+    def store(self, kind: str, key: NDArray[np.uint64], lo: int, hi: int, nbytes: int,
+              fill: Callable[[NDArray[np.uint8]], None]) -> None:
+        """Store a record whose `nbytes` of payload `fill(out)` writes straight into its place (the host arena,
+        or a buffer for the disk when it cannot fit the arena); one already held is only touched.  If `fill`
+        raises, nothing is stored."""
         if self.writer is not None:
             self._settle(self.writer.reap())
         name = record_name(key, kind)
         if self.where(name) is not None or name in self.moving:
             self.counts["put_present"] += 1
             return
-        header = RecordHeader(layout_fingerprint=self.fingerprint, kind=kind, abi_id=self.abi_id, token_start=lo,
-                              token_end=hi, keys=np.asarray(key, np.uint64).reshape(1, 2),
-                              payload_bytes=len(payload), payload_checksum=checksum(payload))
-        record = pack_header(header) + payload
-        if self._make_host_room(len(record)):
-            self.host.put(name, record)
+        if self._make_host_room(HEADER_BYTES + nbytes):
+            image = self.host.reserve(name, HEADER_BYTES + nbytes)
+            try:
+                fill(image[HEADER_BYTES:])
+            except BaseException:
+                self.host.drop(name)
+                raise
+            image[:HEADER_BYTES] = np.frombuffer(pack_header(self._header(kind, key, lo, hi, image[HEADER_BYTES:])),
+                                                 np.uint8)
             self.host_lru[name] = None
             self.counts["stored_host"] += 1
             self._demote_early()
         elif self.writer is not None:
+            payload = np.empty(nbytes, np.uint8)
+            fill(payload)
             self.moving.add(name)
-            self._submit([(name, header, payload)])
+            self._submit([(name, self._header(kind, key, lo, hi, payload), payload)])
+
+    def _header(self, kind: str, key: NDArray[np.uint64], lo: int, hi: int, payload: Buffer) -> RecordHeader:
+        """A record's header; its payload checksum is left UNSUMMED: the writer thread computes it on the way to
+        disk (host records live in process memory, trusted like the device pools)."""
+        return RecordHeader(layout_fingerprint=self.fingerprint, kind=kind, abi_id=self.abi_id, token_start=lo,
+                            token_end=hi, keys=np.asarray(key, np.uint64).reshape(1, 2), payload_bytes=len(payload),
+                            payload_checksum=UNSUMMED)
 
     def _make_host_room(self, nbytes: int) -> bool:
         """Move LRU host records to disk (or drop them without one) until `nbytes` fit; False when they cannot."""
@@ -233,11 +253,11 @@ class TierCache:
         it settles (`_settle`)."""
         if not names:
             return
-        records = []
-        for name in names:
-            data = self.host.get(name)
-            records.append((name, unpack_header(data[:HEADER_BYTES], name), data[HEADER_BYTES:]))
-        self.moving.update(names)
+        records: list[Record] = []
+        for name in names:  # the arena extent is the record's image: written to disk with no copy
+            image = self.host.image(name)
+            records.append((name, unpack_header(image[:HEADER_BYTES].tobytes(), name), image))
+        self.moving.update(names)  # pinned: the extents stay until the batch settles
         self._submit(records)
 
     def _submit(self, records: list[Record]) -> None:
@@ -329,8 +349,8 @@ class TierCache:
         data = self.host.view(name)
         try:
             header = unpack_header(data[:HEADER_BYTES].tobytes(), name)
-            payload = data[HEADER_BYTES:HEADER_BYTES + header.payload_bytes].tobytes()
-            self._check("host", header, payload, want)
+            payload = data[HEADER_BYTES:HEADER_BYTES + header.payload_bytes]  # a view: used before any put
+            self._check("host", header, payload, want, checked=header.payload_checksum == UNSUMMED)
         except RecordCorrupt:
             self._drop_host([name], "quarantined_host")
             return None
@@ -345,14 +365,15 @@ class TierCache:
         except TierError:  # RecordCorrupt included
             return None
         try:
-            self._check("disk", header, view, want)
+            self._check("disk", header, view, want, checked=True)  # DiskStore.get checked the payload
         except RecordCorrupt:
             self.disk.quarantine(name)
             return None
-        return "disk", bytes(view), time.perf_counter() - began
+        return "disk", view, time.perf_counter() - began
 
-    def _check(self, tier: str, header: RecordHeader, payload: bytes | memoryview, want: Wanted) -> None:
-        """RecordCorrupt unless the record is the wanted one of this layout, with intact bytes."""
+    def _check(self, tier: str, header: RecordHeader, payload: Buffer, want: Wanted, checked: bool = False) -> None:
+        """RecordCorrupt unless the record is the wanted one of this layout, with intact bytes (`checked`: its
+        payload checksum was already verified)."""
         lo, hi = want.lo, want.hi
         problem = ("a record of another layout" if header.layout_fingerprint != self.fingerprint
                    else f"kind {header.kind!r}, not {want.kind!r}" if header.kind != want.kind
@@ -360,7 +381,9 @@ class TierCache:
                    else f"tokens [{header.token_start}, {header.token_end}), not [{lo}, {hi})"
                    if (header.token_start, header.token_end) != (lo, hi)
                    else "another block key" if not np.array_equal(header.keys, np.asarray(want.key).reshape(1, 2))
-                   else "payload checksum mismatch" if checksum(payload) != header.payload_checksum else "")
+                   else "payload length mismatch" if len(payload) != header.payload_bytes
+                   else "payload checksum mismatch" if not checked and checksum(payload) != header.payload_checksum
+                   else "")
         if problem:
             raise RecordCorrupt(tier=tier, record=want.name, reason=problem)
 
