@@ -26,12 +26,13 @@ from numpy.typing import NDArray
 from hkv_core.errors import ConfigError, OutOfPages
 from hkv_core.layout import Layout
 from hkv_core.manager import CacheManager, ManagerConfig
+from hkv_core.replay.adaptive import AdaptivePolicy
 from hkv_core.replay.belady import NEVER, BeladyPolicy
 from hkv_core.replay.trace import TraceRequest, prompt_of
 
 __all__ = ["POLICIES", "ReplayConfig", "ReplayResult", "manager_for", "next_uses", "replay"]
 
-POLICIES = ("lru", "belady")  # eviction policies a replay can run (belady: offline, from the replay's hints)
+POLICIES = ("lru", "belady", "adaptive")  # eviction policies a replay can run (belady: offline, from hints)
 SPARE_PAGES = 16  # beyond the trace's unique blocks, for an "infinite" cache
 
 
@@ -105,8 +106,10 @@ def manager_for(requests: Sequence[TraceRequest], config: ReplayConfig) -> Cache
                                               key_seed=0))
 
 
-def _serve(m: CacheManager, tokens: NDArray[np.int64], belady: BeladyPolicy | None,
-           future: NDArray[np.int64] | None) -> tuple[int, bool]:
+Hint = Callable[[CacheManager, int], None]  # told before a request's release: the manager, the request id
+
+
+def _serve(m: CacheManager, tokens: NDArray[np.int64], hint: Hint | None) -> tuple[int, bool]:
     """One request, start to end: (its hit tokens, whether its uncached part fitted the cache)."""
     rid = m.add_request(tokens)
     try:
@@ -119,9 +122,8 @@ def _serve(m: CacheManager, tokens: NDArray[np.int64], belady: BeladyPolicy | No
         m.commit(rid, len(tokens) - hit.tokens)
         return hit.tokens, True
     finally:
-        if belady is not None and future is not None:  # release touches the chain: its next uses first
-            chain = np.asarray(m.chain(rid), np.int32)
-            belady.hint(chain, future[:len(chain)])
+        if hint is not None:  # release touches the chain: what the policy is told first
+            hint(m, rid)
         m.release(rid)
 
 
@@ -136,18 +138,37 @@ def next_uses(requests: Sequence[TraceRequest]) -> list[NDArray[np.int64]]:
     return out
 
 
+def _hints(m: CacheManager, requests: Sequence[TraceRequest], policy: str) -> list[Hint]:
+    """Install `policy` in the manager's index; per request, what it is told before the release (none for lru)."""
+    rows = m.core.limits.block_rows
+    if policy == "belady":  # the offline optimum: the index orders eviction by each block's next use
+        belady = m.core.index.policy = BeladyPolicy(rows)
+        future = next_uses(requests)
+
+        def next_use(at: int) -> Hint:
+            def tell(m: CacheManager, rid: int) -> None:
+                chain = np.asarray(m.chain(rid), np.int32)
+                belady.hint(chain, future[at][:len(chain)])
+            return tell
+        return [next_use(i) for i in range(len(requests))]
+    if policy == "adaptive":  # online: told only what serving knows at the release (the output's length)
+        adaptive = m.core.index.policy = AdaptivePolicy(rows, m.core.index.blocks.key)
+
+        def output(tokens: int) -> Hint:
+            return lambda m, rid: adaptive.hint(tokens)
+        return [output(r.output_length) for r in requests]
+    return []
+
+
 def replay(requests: Sequence[TraceRequest], config: ReplayConfig,
            progress: Callable[[int], None] | None = None) -> ReplayResult:
     """Serve every request through a fresh manager; `progress(done)` every 100 requests."""
     m = manager_for(requests, config)
-    belady, future = None, None
-    if config.policy == "belady":  # the offline optimum: the index orders eviction by the replay's hints
-        belady = m.core.index.policy = BeladyPolicy(m.core.limits.block_rows)
-        future = next_uses(requests)
+    hints = _hints(m, requests, config.policy)
     bt, hits, uncached = config.block_tokens, [], 0
     began = time.perf_counter()
     for done, request in enumerate(requests, 1):
-        hit, fitted = _serve(m, prompt_of(request, bt), belady, future[done - 1] if future is not None else None)
+        hit, fitted = _serve(m, prompt_of(request, bt), hints[done - 1] if hints else None)
         hits.append(hit)
         uncached += not fitted
         if progress is not None and done % 100 == 0:

@@ -1,0 +1,139 @@
+"""An online eviction policy that learns from the workload: admission by learned reuse, then frequency with aging.
+
+The rule (docs/replay.md), with no knowledge of the future:
+
+- Admission.  Every block inserted for the first time belongs to the bucket
+  of its request (log2 of the request's output tokens, told by `hint`
+  before the release).  The policy remembers the keys it has seen (a ghost
+  table, bounded) and counts, per bucket, the new blocks and how many of
+  them were used again later, cached or not.  A new block is admitted when
+  its bucket's reuse rate (Laplace-smoothed) is at least `ADMIT_RATIO`
+  times the rate over all buckets; otherwise it goes in declined, at the
+  cold end of the order (evicted before every admitted block; declined
+  blocks leave oldest first).
+- Order.  Greedy-Dual with frequency: a block's priority is `floor +
+  sqrt(uses + 1)` at its touch (uses before this one, restored from the
+  ghost table when its key comes back), and `floor` rises to the priority
+  of each block evicted, so blocks not used for a while age out.
+  Eviction takes the lowest priority first, the touch sequence breaking
+  ties.
+
+Children before parents: a touch never lowers a block's priority, and
+within the touched chain each block's priority is raised to its
+descendants' (a reversed running maximum), so a parent's priority is never
+below a child's; at equal priorities the child was touched earlier (every
+touch numbers a chain deepest first).  A child's later touches touch its
+parent too, so this holds until the child leaves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+from numpy.typing import NDArray
+
+Blocks = NDArray[np.int32]
+BUCKETS = 24  # request buckets: log2 of the output tokens, the last one open-ended
+ADMIT_RATIO = 0.5  # admit a bucket's new blocks when reused at least half as often as the average new block
+DECLINED = 1e12  # how far below the floor a declined block's priority starts (below every admitted block)
+GHOST_PER_ROW = 8  # keys remembered per block row (at least MIN_GHOST_KEYS): seen keys, their uses, their bucket
+MIN_GHOST_KEYS = 1 << 16  # the ghost table's smallest bound
+NOT_PENDING = -1  # a block whose first reuse was counted (or is not a new block)
+
+
+class AdaptivePolicy:
+    """Admission by learned reuse, Greedy-Dual frequency order (see the module docstring)."""
+
+    children_first = True
+
+    def __init__(self, block_rows: int, keys: NDArray[np.uint64]) -> None:
+        self.keys = keys  # the block table's key column, read at touch (a clone shares it)
+        self.live = np.zeros(block_rows, np.bool_)
+        self.priority = np.zeros(block_rows, np.float64)
+        self.seq = np.zeros(block_rows, np.int64)
+        self.uses = np.zeros(block_rows, np.int64)
+        self.pending = np.full(block_rows, NOT_PENDING, np.int64)  # a new block's bucket until its first reuse
+        self.row_key = np.zeros(block_rows, np.uint64)
+        self.ghost: dict[int, tuple[int, int]] = {}  # key -> (uses, pending bucket), oldest first
+        self.ghost_keys = max(GHOST_PER_ROW * block_rows, MIN_GHOST_KEYS)
+        self.inserted = np.zeros(BUCKETS, np.float64)
+        self.reused = np.zeros(BUCKETS, np.float64)
+        self.bucket = 0
+        self.floor = 0.0
+        self.clock = 0
+
+    def hint(self, output_tokens: int) -> None:
+        """The next released request produced `output_tokens` tokens (its new blocks' bucket)."""
+        self.bucket = min(max(0, int(output_tokens)).bit_length(), BUCKETS - 1)
+
+    def admits(self, bucket: int) -> bool:
+        """Whether new blocks of `bucket` are admitted: its reuse rate against the rate over all buckets."""
+        rate = (self.reused[bucket] + 1) / (self.inserted[bucket] + 2)
+        average = (self.reused.sum() + 1) / (self.inserted.sum() + 2)
+        return bool(rate >= ADMIT_RATIO * average)
+
+    def touch(self, chain: Blocks) -> None:
+        n = len(chain)
+        if not n:
+            return
+        fresh = chain[~self.live[chain]]
+        if len(fresh):
+            self._enter(fresh)
+        self._count_reuse(chain)
+        uses = self.uses[chain]
+        proposed = self.floor + np.sqrt(uses + 1.0)
+        if not self.admits(self.bucket):
+            proposed[uses == 0] = self.floor - DECLINED
+        old = np.where(self.live[chain], self.priority[chain], -np.inf)
+        raised = np.maximum.accumulate(np.maximum(old, proposed)[::-1])  # deepest first: parents >= children
+        deepest_first = chain[::-1]
+        self.priority[deepest_first] = raised
+        self.seq[deepest_first] = np.arange(self.clock, self.clock + n)
+        self.clock += n
+        self.live[chain] = True
+        self.uses[chain] += 1
+
+    def _enter(self, rows: Blocks) -> None:
+        """Rows new to the order: restore their keys' uses from the ghost table, or start them pending."""
+        keys = self.keys[rows, 0]
+        self.row_key[rows] = keys
+        self.uses[rows] = 0
+        self.pending[rows] = self.bucket
+        for row, key in zip(rows.tolist(), keys.tolist(), strict=True):
+            seen = self.ghost.pop(key, None)
+            if seen is not None:
+                self.uses[row], self.pending[row] = seen
+        self.inserted[self.bucket] += int(np.count_nonzero(self.uses[rows] == 0))
+
+    def _count_reuse(self, chain: Blocks) -> None:
+        """Blocks used again for the first time: a reuse for the bucket that inserted them."""
+        first = chain[(self.uses[chain] > 0) & (self.pending[chain] != NOT_PENDING)]
+        if len(first):
+            np.add.at(self.reused, self.pending[first], 1.0)
+            self.pending[first] = NOT_PENDING
+
+    def forget(self, blocks: Blocks) -> None:
+        gone = blocks[self.live[blocks]]
+        if not len(gone):
+            return
+        self.floor = max(self.floor, float(self.priority[gone].max()))
+        self.live[gone] = False
+        for key, uses, pending in zip(self.row_key[gone].tolist(), self.uses[gone].tolist(),
+                                      self.pending[gone].tolist(), strict=True):
+            self.ghost[key] = (uses, pending)
+        while len(self.ghost) > self.ghost_keys:
+            del self.ghost[next(iter(self.ghost))]
+
+    def order(self) -> Blocks:
+        blocks = np.flatnonzero(self.live).astype(np.int32)
+        return blocks[np.lexsort((self.seq[blocks], self.priority[blocks]))]
+
+    def chunks(self) -> Iterator[Blocks]:
+        yield self.order()
+
+    def clone(self) -> AdaptivePolicy:
+        twin = AdaptivePolicy.__new__(AdaptivePolicy)
+        for name, value in vars(self).items():
+            setattr(twin, name, value.copy() if isinstance(value, np.ndarray | dict) and name != "keys" else value)
+        return twin
