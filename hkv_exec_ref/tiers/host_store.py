@@ -13,7 +13,6 @@ disk), `get` a copy, `drop` frees it.
 from __future__ import annotations
 
 import bisect
-import mmap
 
 import numpy as np
 from numpy.typing import NDArray
@@ -29,10 +28,9 @@ class HostStore:
 
     def __init__(self, budget_bytes: int) -> None:
         size = padded(int(budget_bytes))
-        self._map = mmap.mmap(-1, size) if size else None  # page aligned: extents can go to disk with O_DIRECT
-        if self._map is not None and hasattr(mmap, "MADV_HUGEPAGE"):
-            self._map.madvise(mmap.MADV_HUGEPAGE)  # as large numpy arrays get: fewer TLB misses on big copies
-        self.arena = np.frombuffer(self._map, np.uint8) if self._map is not None else np.zeros(0, np.uint8)
+        raw = np.empty(size + ALIGN_BYTES, np.uint8)  # numpy's allocation: huge pages where the kernel offers them
+        start = -raw.ctypes.data % ALIGN_BYTES
+        self.arena = raw[start:start + size]  # page aligned: extents can go to disk with O_DIRECT
         self.arena.fill(0)  # committed now, not at the first offload (preallocated means resident)
         self.budget = size
         self.free: list[tuple[int, int]] = [(0, size)] if size else []  # (start, length), ordered by start
