@@ -11,7 +11,7 @@ Two sections.  **Stores**: the stores alone, on records of `--record-kib` KiB.
 - disk offload: `DiskStore.put_many` of every record as one batch (header,
   O_DIRECT where allowed, fsync per file, renames, one directory fsync)
   against a raw O_DIRECT write + fsync of the same bytes, one file per
-  record; disk reload: `DiskStore.get` (read, header and payload checksums)
+  record, from page-aligned buffers filled before the clock starts; disk reload: `DiskStore.get` (read, header and payload checksums)
   against a raw read of the same files.  Payload checksums are computed when
   a record is built (not timed, as the executor computes them while copying
   out of device memory).
@@ -33,9 +33,8 @@ records and the point record at its end (as tests/tiers/test_record_round_trip.p
 - disk offload: the host offload and then `TierCache.evict("host")` (one
   durable batch on the writer thread, drained), end to end, against a raw
   O_DIRECT write + fsync of the same payload bytes, one file per record, from
-  page-aligned buffers filled before the clock starts (the stores section's
-  baseline builds an aligned buffer per file, as DiskStore does, and pays
-  that too); `demote_gbps`: the eviction alone.  Disk reload: `TierCache.fetch`
+  page-aligned buffers filled before the clock starts; `demote_gbps`: the
+  eviction alone.  Disk reload: `TierCache.fetch`
   from disk (loader threads, checked) + `span_io.load` against a plain read
   of the raw files, one after another.
 - the first run checks that the second allocation reads back bit-exact after
@@ -122,9 +121,15 @@ def host_runs(records: list[np.ndarray]) -> dict[str, float]:
             "reload_base": timed(copy_out)}
 
 
-def raw_write(path: Path, data: bytes) -> None:
+def aligned_copy(data: bytes) -> mmap.mmap:
+    """`data` in a page-aligned buffer padded to 4,096 (what O_DIRECT writes from)."""
     buffer = mmap.mmap(-1, -(-len(data) // 4096) * 4096)
     buffer[:len(data)] = data
+    return buffer
+
+
+def raw_write(path: Path, buffer: mmap.mmap) -> None:
+    """A raw O_DIRECT write + fsync of a prepared aligned buffer, one file."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_DIRECT", 0)
     fd = os.open(path, flags, 0o644)
     try:
@@ -132,7 +137,6 @@ def raw_write(path: Path, data: bytes) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-        buffer.close()
 
 
 def disk_runs(records: list[np.ndarray], directory: Path) -> dict[str, float]:
@@ -145,9 +149,11 @@ def disk_runs(records: list[np.ndarray], directory: Path) -> dict[str, float]:
     def offload() -> None:  # one batch, as a plan's store ops: one directory fsync
         store.put_many([(f"r{i}", h, p) for i, (h, p) in enumerate(zip(headers, payloads, strict=True))])
 
+    aligned = [aligned_copy(p) for p in payloads]  # filled before the clock starts, as the record section's
+
     def write_raw() -> None:
-        for i, p in enumerate(payloads):
-            raw_write(raw / f"r{i}", p)
+        for i, buffer in enumerate(aligned):
+            raw_write(raw / f"r{i}", buffer)
 
     def reload() -> None:
         for i in range(len(payloads)):
