@@ -11,8 +11,9 @@ Two sections.  **Stores**: the stores alone, on records of `--record-kib` KiB.
 - disk offload: `DiskStore.put_many` of every record as one batch (header,
   O_DIRECT where allowed, fsync per file, renames, one directory fsync)
   against a raw O_DIRECT write + fsync of the same bytes, one file per
-  record, from page-aligned buffers filled before the clock starts; disk reload: `DiskStore.get` (read, header and payload checksums)
-  against a raw read of the same files.  Payload checksums are computed when
+  record, from page-aligned buffers filled before the clock starts; disk
+  reload: `DiskStore.get` (read, header and payload checksums) against a raw
+  read of the same files.  Payload checksums are computed when
   a record is built (not timed, as the executor computes them while copying
   out of device memory).
 
