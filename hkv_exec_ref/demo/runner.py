@@ -20,7 +20,7 @@ from hkv_exec_ref.tiny_v4 import Fault
 DEMO_LIMITS: dict[str, Any] = {"default_pool_pages": 160, "retain_every_blocks": 2}
 # With --tiers: a device and a host tier smaller still, so blocks keep moving device -> host -> disk and back.
 TIER_LIMITS: dict[str, Any] = {"default_pool_pages": 96, "retain_every_blocks": 2}
-TIER_HOST_BYTES = 256 * 1024  # about 30 block records of tiny V4
+TIER_HOST_BYTES = 1 << 20  # 128 records of tiny V4 (each takes 8 KiB: the 4 KiB header, the payload padded)
 
 
 @attrs.frozen(kw_only=True)
