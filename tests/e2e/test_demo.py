@@ -43,6 +43,19 @@ def test_demo_exits_1_when_a_fault_switch_is_on(tmp_path: Path) -> None:
     assert report["fault"] == "DROP_WINDOW_ROW" and report["mismatches"] and not report["ok"]
 
 
+def test_demo_with_tiers_serves_from_every_tier_across_its_restart(tmp_path: Path) -> None:
+    done = demo(tmp_path, "--tiers", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    tiers = report["tiers"]
+    assert report["ok"] and tiers["restarts"] == 1 and tiers["counts"]["restored"] > 0
+    assert all(tiers["cached_by_tier"][t] > 0 for t in ("device", "host", "disk")), tiers
+    assert sum(tiers["cached_by_tier"].values()) == report["cached_tokens"]
+    assert tiers["decisions"].get("load", 0) > 0 and (tmp_path / "tier-cache" / "cache.json").exists()
+    table = demo(tmp_path, "--tiers", "--requests", "4")  # the directory is emptied first: a second run works
+    assert table.returncode == 0 and "served from disk" in table.stdout, table.stderr
+
+
 def test_demo_table_output(tmp_path: Path) -> None:
     done = demo(tmp_path, "--requests", "3")
     assert done.returncode == 0, done.stderr
