@@ -37,8 +37,9 @@ from hkv_core.tiers.cost import LoadDecision
 from hkv_exec_ref.engine import state_io
 from hkv_exec_ref.engine.results import ServeResult, cached_by_kind
 from hkv_exec_ref.engine.speculative import DraftSpec, Proposer, accepted_count
-from hkv_exec_ref.engine.tiered import TierLink, TierOptions, stored_key_seed
+from hkv_exec_ref.engine.tiered import TierLink, TierOptions
 from hkv_exec_ref.executor import RefExecutor
+from hkv_exec_ref.tiers.cache_dir import stored_key_seed
 from hkv_exec_ref.tiers.disk_store import DiskFaults
 from hkv_exec_ref.tiny_v4 import Config, Fault, ModelState, TinyV4, state_problems
 from hkv_exec_ref.tiny_v4.numerics import F32, I64

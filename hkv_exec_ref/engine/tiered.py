@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -37,7 +36,7 @@ from hkv_core.manager import Allocation, CacheManager
 from hkv_core.tiers.cost import Candidate, CostModel, LoadDecision, Rate, recompute_flops
 from hkv_exec_ref.tiers import span_io
 from hkv_exec_ref.tiers.disk_store import DiskFaults
-from hkv_exec_ref.tiers.tier_cache import META_FILE, Loaded, TierCache, Wanted, record_name
+from hkv_exec_ref.tiers.tier_cache import Loaded, TierCache, Wanted, record_name
 
 DEFAULT_COMPUTE_FLOPS_PER_S = 1e9  # until forward passes are measured
 DEFAULT_RATES = {"host": (5e9, 2e-6), "disk": (1e9, 1e-4)}  # bytes per second, seconds per record
@@ -81,18 +80,6 @@ class TierOptions:
                           key_seed=seed or 0, host_bytes=self.host_bytes, directory=self.directory,
                           disk_bytes=self.disk_bytes, faults=self.faults, loads_in_flight=self.loads_in_flight)
         return TierLink(cache, cost, manager.layout, pools)
-
-
-def stored_key_seed(directory: str | Path | None) -> int | None:
-    """The key seed a cache directory's records were keyed with (None when it holds no cache yet)."""
-    path = Path(directory) / META_FILE if directory is not None else None
-    if path is None or not path.exists():
-        return None
-    try:
-        seed = json.loads(path.read_text()).get("key_seed")
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"unreadable ({err})", source=str(path), key="cache.json") from None
-    return seed if isinstance(seed, int) else None
 
 
 @attrs.define

@@ -13,17 +13,14 @@ their parents.  Loads of disk records run on worker threads, at most
 layout, kind, ABI id, token range, key, payload checksum); one that fails is
 quarantined, counted and treated as a miss - never served.
 
-The directory holds `cache.json` (the layout fingerprint, the model id and the
-key seed the records' keys were made with) and a lock file: one cache per
-directory, reopened after `close()` or after a crash with what survived.
+The directory (cache_dir.py) holds `cache.json` - whose cache it is - and a
+lock: one cache per directory, reopened after `close()` or after a crash with
+what survived.
 """
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
-import json
-import os
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
@@ -35,15 +32,16 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from hkv_core.errors import ConfigError, RecordCorrupt, TierError, TierFull
+from hkv_core.errors import RecordCorrupt, TierError, TierFull
 from hkv_core.layout import PoolSpec
 from hkv_core.tiers.record import HEADER_BYTES, UNSUMMED, RecordHeader, checksum, pack_header, unpack_header
+from hkv_exec_ref.tiers.cache_dir import CacheDirectory
 from hkv_exec_ref.tiers.disk_store import Buffer, Crash, DiskFaults, DiskStore
 from hkv_exec_ref.tiers.disk_writer import DiskWriter, Record, record_bytes
 from hkv_exec_ref.tiers.host_store import HostStore
 from hkv_exec_ref.tiers.span_io import BLOCK, POINT
 
-META_FILE, LOCK_FILE, RECORDS_DIR = "cache.json", "lock", "records"
+RECORDS_DIR = "records"
 TIER_NAMES = ("host", "disk")
 
 
@@ -93,7 +91,7 @@ class TierCache:
         self.disk: DiskStore | None = None
         self.writer: DiskWriter | None = None
         self.moving: set[str] = set()  # records on their way to disk (host copy kept until the batch settles)
-        self.key_seed, self._lock_fd = key_seed, -1
+        self.claimed: CacheDirectory | None = None
         if self.directory is not None:
             self._open(model_id, key_seed, disk_bytes, faults)
         self.loader = ThreadPoolExecutor(max_workers=max(1, loads_in_flight), thread_name_prefix="hkv-load")
@@ -102,21 +100,9 @@ class TierCache:
 
     def _open(self, model_id: str, key_seed: int, disk_bytes: int, faults: DiskFaults | None) -> None:
         assert self.directory is not None
+        self.claimed = CacheDirectory(self.directory)
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            self._lock_fd = os.open(self.directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as err:
-            raise TierError(tier="disk", record=str(self.directory), reason=f"cannot open the directory: "
-                            f"{err.strerror}", errno=err.errno) from None
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(self._lock_fd)
-            self._lock_fd = -1
-            raise TierError(tier="disk", record=str(self.directory), reason="the directory is in use by another "
-                            "cache (its lock is held)") from None
-        try:
-            self.key_seed = self._meta(model_id, key_seed)
+            self.claimed.claim(self.fingerprint, model_id, key_seed)
             self.disk = DiskStore(self.directory / RECORDS_DIR, disk_bytes, self.fingerprint, faults=faults)
             self.writer = DiskWriter(self.disk)
         except OSError as err:
@@ -128,30 +114,6 @@ class TierCache:
             raise
         self.disk_lru.update((name, None) for name in sorted(self.disk.sizes))
         self.counts["restored"] += len(self.disk.sizes)
-
-    def _meta(self, model_id: str, key_seed: int) -> int:
-        """The cache's identity from `cache.json`, written durably when new; ConfigError when the directory
-        belongs to another layout or model (its records would be that model's bytes)."""
-        assert self.directory is not None
-        path = self.directory / META_FILE
-        want = {"format": 1, "layout_fingerprint": self.fingerprint, "model_id": model_id, "key_seed": key_seed}
-        if not path.exists():
-            temp = path.with_suffix(".tmp")
-            with open(temp, "w") as f:
-                json.dump(want, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(temp, path)
-            return key_seed
-        try:
-            have = json.loads(path.read_text())
-        except (OSError, ValueError) as err:
-            raise ConfigError(f"unreadable ({err})", source=str(path), key="cache.json") from None
-        for field in ("layout_fingerprint", "model_id", "key_seed"):
-            if have.get(field) != want[field]:
-                raise ConfigError(f"this directory holds a cache of {field} {have.get(field)!r}, not "
-                                  f"{want[field]!r}", source=str(path), key=field)
-        return key_seed
 
     def close(self) -> None:
         """Move every host record to disk (durably), stop the threads, release the directory."""
@@ -166,9 +128,8 @@ class TierCache:
             self.loader.shutdown(wait=True)
         if self.writer is not None:
             self.writer.stop()
-        if self._lock_fd >= 0:
-            os.close(self._lock_fd)
-            self._lock_fd = -1
+        if self.claimed is not None:
+            self.claimed.release()
 
     # ------------------------------------------------------------------ store
 
