@@ -14,7 +14,7 @@ import pytest
 from tier_workload import Sessions, pages_leaked, tiny
 
 from hkv_core.errors import ConfigError, InvalidArgument, TierError
-from hkv_exec_ref.engine import Engine
+from hkv_exec_ref.engine import DraftSpec, Engine
 from hkv_exec_ref.tiers import Crash, DiskFaults
 
 
@@ -144,3 +144,16 @@ def test_a_closed_engine_serves_no_more(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgument, match="closed"):
         engine.generate([1, 2, 3], 2)
     tiny(tmp_path).close()  # the directory was released
+
+
+def test_speculative_steps_over_tiers_stay_exact(tmp_path: Path) -> None:
+    engine = tiny(tmp_path)
+    rng = np.random.default_rng(1)
+    prompts = [rng.integers(0, 64, 30) for _ in range(3)]
+    for round_ in range(2):
+        for prompt in prompts:
+            served = engine.generate(prompt, 12, draft=DraftSpec(k=3, accept_probability=0.7, seed=round_))
+            assert engine.matches_recompute(prompt, served) and served.accepted_tokens > 0
+        engine.evict("device")
+    assert engine.stats.cached_by_tier["host"] + engine.stats.cached_by_tier["disk"] > 0
+    engine.close()
