@@ -185,7 +185,7 @@ class RefExecutor:
 
     def export_rows(self, pool: str, runs: Sequence[Run], out: NDArray[Any]) -> None:
         """Entries [first, stop) of each run's page, in order, into `out` (layers, n, *entry_shape)."""
-        array, at = self.pools[pool], 0
+        array, at = self._pool(pool, "export_rows"), 0
         for page, first, stop in runs:
             assert 0 <= page < array.shape[0] and 0 <= first <= stop <= array.shape[2], (pool, page, first, stop)
             np.copyto(out[:, at:at + stop - first], array[page, :, first:stop])
@@ -195,7 +195,7 @@ class RefExecutor:
 
     def import_rows(self, pool: str, runs: Sequence[Run], src: NDArray[Any]) -> None:
         """`src` (layers, n, *entry_shape), in order, into entries [first, stop) of each run's page."""
-        array, at = self.pools[pool], 0
+        array, at = self._pool(pool, "import_rows"), 0
         for page, first, stop in runs:
             assert NULL_PAGE < page < array.shape[0] and 0 <= first <= stop <= array.shape[2], (pool, page)
             np.copyto(array[page, :, first:stop], src[:, at:at + stop - first])

@@ -154,6 +154,8 @@ class Engine:
             cached = sum(by_tier.values())
             prompt_logits = self._prefill(rid, prompt, cached, chunk_tokens or len(prompt))
             tokens, logits, proposed, accepted = self._decode(rid, prompt_logits[-1], max_new_tokens, proposer)
+            if self.tiers is not None:
+                self.tiers.touch_request(self.manager, rid)
         finally:
             self.manager.release(rid)
         self._count(len(prompt), hit, max_new_tokens, by_tier, decision)
@@ -197,7 +199,7 @@ class Engine:
         """Force eviction of every unpinned unit of `tier`: device (manager.evict), host (every record moves to
         disk, or is dropped without one), disk (every record deleted); returns units (blocks, resume points,
         records) evicted."""
-        have = TIERS if self.tiers is not None else TIERS[:1]
+        have = TIERS[:1] if self.tiers is None else TIERS if self.tiers.cache.disk is not None else TIERS[:2]
         if tier not in have:
             raise InvalidArgument(action="evict", argument="tier", value=tier,
                                   reason=f"this engine has only {', '.join(have)}")

@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -71,14 +72,24 @@ class TierOptions:
                               source="ManagerConfig", key="key_seed")
         for name in ("host_bytes", "disk_bytes", "loads_in_flight"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < (name == "loads_in_flight"):
+            least = int(name == "loads_in_flight")
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < least:
                 raise InvalidArgument(action="Engine", argument=name, value=value,
-                                      reason="must be an integer >= " + ("1" if name == "loads_in_flight" else "0"))
+                                      reason=f"must be an integer >= {least}")
+        rate = self.compute_flops_per_s
+        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float | np.number)
+                                 or not math.isfinite(rate) or rate <= 0):
+            raise InvalidArgument(action="Engine", argument="compute_flops_per_s", value=rate,
+                                  reason="must be None (measured) or a finite number of FLOPs per second > 0")
+        if self.faults is not None and not isinstance(self.faults, DiskFaults):
+            raise InvalidArgument(action="Engine", argument="disk_faults", value=self.faults,
+                                  reason=f"must be None or a DiskFaults, got {type(self.faults).__name__}")
         pools = tuple(b.spec for b in manager.bindings())
         cost = default_cost(self.policy, self.compute_flops_per_s)
         cache = TierCache(pools=pools, layout_fingerprint=manager.layout.fingerprint(), model_id=model_id,
-                          key_seed=seed or 0, host_bytes=self.host_bytes, directory=self.directory,
-                          disk_bytes=self.disk_bytes, faults=self.faults, loads_in_flight=self.loads_in_flight)
+                          key_seed=seed or 0, host_bytes=int(self.host_bytes), directory=self.directory,
+                          disk_bytes=int(self.disk_bytes), faults=self.faults,
+                          loads_in_flight=int(self.loads_in_flight))
         return TierLink(cache, cost, manager.layout, pools)
 
 
@@ -109,7 +120,14 @@ class TierLink:
 
     def _want(self, kind: str, key: NDArray[np.uint64], hi: int) -> Wanted:
         lo, end = span_io.token_range(self.layout, kind, hi - self.block, hi)
-        return Wanted(kind, key, lo, end)
+        return Wanted(kind, key, lo, end, self._bytes(kind, hi))
+
+    def touch_request(self, manager: CacheManager, rid: int) -> None:
+        """A request ends: its records, device hit included, become the most recent, deepest first (so its
+        head ends most recent: a tier drops a prefix's tail before its head)."""
+        computed = manager.request_tokens(rid)[0]
+        keys = manager.block_keys(rid)[:computed // self.block]
+        self.cache.touch([record_name(key, kind) for key in keys for kind in self.kinds])
 
     def plan(self, manager: CacheManager, rid: int, device_tokens: int, prompt_tokens: int) -> TierPlan:
         """Candidates after the device hit - runs of blocks the tiers hold, each ending at a point record they
@@ -146,6 +164,7 @@ class TierLink:
         key = {hi: plan.keys[(hi - start) // self.block - 1] for hi in his}
         wanted = [self._want(span_io.BLOCK, key[hi], hi) for hi in his if span_io.BLOCK in self.kinds]
         wanted += [self._want(span_io.POINT, key[hi], hi) for hi in points if span_io.POINT in self.kinds]
+        key_hi = {w.name: w.hi for w in wanted}  # touched head to tail, each block's records together
         got = dict(zip([(w.kind, w.hi) for w in wanted], self.cache.fetch(wanted), strict=True))
         end = self._deepest_end(start, sorted(ends), plan.retained, got)
         if end == start:
@@ -161,7 +180,7 @@ class TierLink:
             self.cost.tiers[tier].observe(len(payload), seconds)
             out[tier] += self.block if w.kind == span_io.BLOCK else 0
         manager.commit(rid, end - start)
-        self.cache.touch([w.name for w in wanted if w.hi <= end])
+        self.cache.touch(sorted((w.name for w in wanted if w.hi <= end), key=lambda n: (key_hi[n], n)))
         return out
 
     def _deepest_end(self, start: int, ends: list[int], retained: set[int],

@@ -53,10 +53,7 @@ class CacheDirectory:
                 os.fsync(f.fileno())
             os.replace(temp, path)
             return
-        try:
-            have = json.loads(path.read_text())
-        except (OSError, ValueError) as err:
-            raise ConfigError(f"unreadable ({err})", source=str(path), key="cache.json") from None
+        have = _read(path)
         for field in ("layout_fingerprint", "model_id", "key_seed"):
             if have.get(field) != want[field]:
                 raise ConfigError(f"this directory holds a cache of {field} {have.get(field)!r}, not "
@@ -73,8 +70,16 @@ def stored_key_seed(directory: str | Path | None) -> int | None:
     path = Path(directory) / META_FILE if directory is not None else None
     if path is None or not path.exists():
         return None
+    seed = _read(path).get("key_seed")
+    return seed if isinstance(seed, int) else None
+
+
+def _read(path: Path) -> dict[str, object]:
+    """cache.json's object; ConfigError when it cannot be read or is not a JSON object."""
     try:
-        seed = json.loads(path.read_text()).get("key_seed")
+        have = json.loads(path.read_text())
     except (OSError, ValueError) as err:
         raise ConfigError(f"unreadable ({err})", source=str(path), key="cache.json") from None
-    return seed if isinstance(seed, int) else None
+    if not isinstance(have, dict):
+        raise ConfigError(f"not a JSON object but {type(have).__name__}", source=str(path), key="cache.json")
+    return have

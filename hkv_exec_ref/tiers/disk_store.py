@@ -271,18 +271,37 @@ class DiskStore:
     def quarantine(self, name: str) -> None:
         path = self._path(name, RECORD_SUFFIX)
         with self.lock:
-            if path.exists():
-                os.replace(path, self._path(name, BAD_SUFFIX))
+            try:
+                if path.exists():
+                    os.replace(path, self._path(name, BAD_SUFFIX))
+            except OSError:  # never served either way: the next scan checks it again
+                self.counts["quarantine_error"] += 1
             self.sizes.pop(name, None)
             self.counts["quarantined"] += 1
 
     def remove(self, name: str) -> None:
         """Delete record `name` (eviction); the directory is not fsynced: a record that comes back after a crash
-        is still a whole, checked record."""
+        is still a whole, checked record.  TierError (the record kept, counted) when the file cannot go."""
         with self.lock:
-            self._path(name, RECORD_SUFFIX).unlink(missing_ok=True)
+            try:
+                self._path(name, RECORD_SUFFIX).unlink(missing_ok=True)
+            except OSError as err:
+                self.counts["remove_error"] += 1
+                raise TierError(tier=TIER, record=name, reason=f"cannot delete: {err.strerror}",
+                                errno=err.errno) from None
             self.sizes.pop(name, None)
             self.counts["removed"] += 1
+
+    def names_by_age(self) -> list[str]:
+        """The records held, least recently written first (a restart's starting LRU order)."""
+        def written(name: str) -> int:
+            try:
+                return self._path(name, RECORD_SUFFIX).stat().st_mtime_ns
+            except OSError:
+                return 0
+        with self.lock:
+            names = list(self.sizes)
+        return sorted(names, key=lambda name: (written(name), name))
 
     # ------------------------------------------------------------------ restart
 

@@ -39,9 +39,6 @@ class DiskWriter:
     def pending_bytes(self) -> int:
         return sum(nbytes for _, _, nbytes in self.pending)
 
-    def pending_names(self) -> set[str]:
-        return {name for _, names, _ in self.pending for name in names}
-
     def submit(self, records: list[Record]) -> None:
         future = self.pool.submit(self._publish, records)
         self.pending.append((future, [name for name, _, _ in records], record_bytes(records)))

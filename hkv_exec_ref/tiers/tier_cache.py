@@ -42,7 +42,6 @@ from hkv_exec_ref.tiers.host_store import HostStore
 from hkv_exec_ref.tiers.span_io import BLOCK, POINT
 
 RECORDS_DIR = "records"
-TIER_NAMES = ("host", "disk")
 
 
 def record_name(key: NDArray[np.uint64], kind: str = BLOCK) -> str:
@@ -58,6 +57,7 @@ class Wanted:
     key: NDArray[np.uint64] = attrs.field(eq=False)
     lo: int
     hi: int
+    nbytes: int = -1  # the payload length the layout gives it (-1: not checked)
 
     @property
     def name(self) -> str:
@@ -112,7 +112,7 @@ class TierCache:
         except BaseException:
             self.abandon()
             raise
-        self.disk_lru.update((name, None) for name in sorted(self.disk.sizes))
+        self.disk_lru.update((name, None) for name in self.disk.names_by_age())  # least recently written first
         self.counts["restored"] += len(self.disk.sizes)
 
     def close(self) -> None:
@@ -222,19 +222,48 @@ class TierCache:
         self._submit(records)
 
     def _submit(self, records: list[Record]) -> None:
-        """Make room within the disk budget (least recent records deleted), then hand the batch to the writer."""
+        """Hand records to the writer in batches that fit the disk budget (oldest first, so the most recent
+        survive when they cannot all stay); a record larger than the budget is refused (counted)."""
         assert self.disk is not None and self.writer is not None
-        need = record_bytes(records)
+        self._settle(self.writer.reap())  # a finished batch is counted once: on disk, no longer pending
+        batch: list[Record] = []
+        for record in records:
+            if record_bytes([record]) > self.disk.budget:
+                self._refuse([record[0]], "dropped_too_large")
+            elif record_bytes([*batch, record]) > self.disk.budget:
+                self._send(batch)
+                batch = [record]
+            else:
+                batch.append(record)
+        if batch:
+            self._send(batch)
+
+    def _send(self, batch: list[Record]) -> None:
+        """Delete the least recent disk records until `batch` fits, then hand it to the writer."""
+        assert self.disk is not None and self.writer is not None
+        need = record_bytes(batch)
         while self.disk.budget - self.disk.used_bytes - self.writer.pending_bytes < need:
             if self.disk_lru:
-                victim, _ = self.disk_lru.popitem(last=False)
-                self.disk.remove(victim)
+                victim = next(iter(self.disk_lru))
+                try:
+                    self.disk.remove(victim)
+                except TierError:
+                    self.counts["remove_failed"] += 1
+                    break  # the writer refuses what does not fit (TierFull, counted)
+                del self.disk_lru[victim]
                 self.counts["evicted_disk"] += 1
             elif self.writer.pending:
                 self._settle(self.writer.reap(wait=True))  # what is being written becomes evictable
             else:
-                break  # larger than the budget: the writer refuses it (TierFull, counted)
-        self.writer.submit(records)
+                break
+        self.writer.submit(batch)
+
+    def _refuse(self, names: Sequence[str], count: str) -> None:
+        """Records that will not reach disk: no longer moving, their host copies dropped, counted."""
+        self.moving.difference_update(names)
+        on_host = [name for name in names if name in self.host_lru]
+        self._drop_host(on_host, count)
+        self.counts[count] += len(names) - len(on_host)
 
     def _settle(self, batches: list[tuple[list[str], BaseException | None]]) -> None:
         """Settled batches: published records join the disk; the host copies go either way (a failed batch is
@@ -246,10 +275,10 @@ class TierCache:
             elif isinstance(error, Crash):
                 raise error
             else:
-                self.counts["dropped_too_large" if isinstance(error, TierFull) else "write_failed"] += len(names)
+                self._refuse(names, "dropped_too_large" if isinstance(error, TierFull) else "write_failed")
+                continue
             self.moving.difference_update(names)
-            on_host = [name for name in names if name in self.host_lru]
-            self._drop_host(on_host, "demoted" if error is None else "dropped_host")
+            self._drop_host([name for name in names if name in self.host_lru], "demoted")
 
     def drain(self) -> None:
         """Wait until every batch moving to disk has settled."""
@@ -313,7 +342,10 @@ class TierCache:
             payload = data[HEADER_BYTES:HEADER_BYTES + header.payload_bytes]  # a view: used before any put
             self._check("host", header, payload, want, checked=header.payload_checksum == UNSUMMED)
         except RecordCorrupt:
-            self._drop_host([name], "quarantined_host")
+            if name in self.moving:  # its extent is being written to disk: freed when the batch settles
+                self.counts["missed_host"] += 1
+            else:
+                self._drop_host([name], "quarantined_host")
             return None
         self.counts["loaded_host"] += 1
         return "host", payload, time.perf_counter() - began
@@ -343,6 +375,8 @@ class TierCache:
                    if (header.token_start, header.token_end) != (lo, hi)
                    else "another block key" if not np.array_equal(header.keys, np.asarray(want.key).reshape(1, 2))
                    else "payload length mismatch" if len(payload) != header.payload_bytes
+                   else f"{header.payload_bytes} payload bytes, the layout's record has {want.nbytes}"
+                   if want.nbytes >= 0 and header.payload_bytes != want.nbytes
                    else "payload checksum mismatch" if not checked and checksum(payload) != header.payload_checksum
                    else "")
         if problem:

@@ -47,10 +47,12 @@ class TierCacheMachine(RuleBasedStateMachine):
         self.faults = DiskFaults(seed=1)
         self.cache = self._open()
 
+    host_records, disk_records = 4, DISK_RECORDS
+
     def _open(self) -> TierCache:
         return TierCache(pools=LAYOUT.pools, layout_fingerprint=LAYOUT.fingerprint(), model_id="m", key_seed=3,
-                         host_bytes=4 * RECORD_BYTES, directory=self.directory, disk_bytes=DISK_RECORDS * RECORD_BYTES,
-                         faults=self.faults)
+                         host_bytes=self.host_records * RECORD_BYTES, directory=self.directory,
+                         disk_bytes=self.disk_records * RECORD_BYTES, faults=self.faults)
 
     def teardown(self) -> None:
         self.cache.abandon()
@@ -94,12 +96,19 @@ class TierCacheMachine(RuleBasedStateMachine):
         self.cache = self._open()
         kept = set(self.cache.disk_lru)
         # a clean close keeps every record the disk budget holds (the least recent go first)
-        assert kept <= held and len(kept) == min(len(held), DISK_RECORDS), (sorted(held), sorted(kept))
+        assert kept <= held and len(kept) == min(len(held), self.disk_records), (sorted(held), sorted(kept))
 
     @invariant()
     def within_budgets(self) -> None:
         assert self.cache.host.used_bytes <= self.cache.host.budget
         assert self.cache.disk is not None and self.cache.disk.used_bytes <= self.cache.disk.budget
+
+    @invariant()
+    def the_disk_index_is_the_disk(self) -> None:
+        """Every indexed disk record is on disk, and every record on disk is indexed or still settling."""
+        assert self.cache.disk is not None
+        sizes = set(self.cache.disk.sizes)
+        assert set(self.cache.disk_lru) <= sizes <= set(self.cache.disk_lru) | self.cache.moving
 
     @invariant()
     def every_record_is_one_name_in_one_place(self) -> None:
@@ -110,6 +119,16 @@ class TierCacheMachine(RuleBasedStateMachine):
 
 TestTierCacheMachine = TierCacheMachine.TestCase
 TestTierCacheMachine.settings = settings(max_examples=60, stateful_step_count=25, deadline=None)
+
+
+class BigHostMachine(TierCacheMachine):
+    """A host arena larger than the disk budget: closing and demoting must keep the newest, not empty it."""
+
+    host_records, disk_records = 12, 5
+
+
+TestBigHostMachine = BigHostMachine.TestCase
+TestBigHostMachine.settings = settings(max_examples=40, stateful_step_count=25, deadline=None)
 
 
 class FlippingDisk(TierCacheMachine):

@@ -28,7 +28,7 @@ HANDLED = {
     "eio_read": [("disk", "read_error"), ("cache", "missed_disk")],
     "torn_write": [("disk", "quarantined"), ("cache", "missed_disk")],
     "flip_byte": [("disk", "quarantined"), ("cache", "missed_disk")],
-    "slow_io": [("cache", "loaded_disk")],
+    "slow_io": [("cache", "loaded_disk")],  # slow reads and writes still complete, off the request's thread
 }
 
 

@@ -1,0 +1,150 @@
+"""Edges of the tiers: budgets smaller than what moves, records in flight, failing deletes, bad records and
+options - each keeps the cache consistent and answers with a typed error or a counted miss."""
+
+from __future__ import annotations
+
+import errno
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tier_workload import tiny
+
+from hkv_core import Layout
+from hkv_core.errors import ConfigError, InvalidArgument, TierError, UnknownPool
+from hkv_exec_ref.engine import Engine
+from hkv_exec_ref.executor import RefExecutor
+from hkv_exec_ref.tiers import DiskFaults, DiskStore, TierCache
+from hkv_exec_ref.tiers.span_io import BLOCK, POINT
+from hkv_exec_ref.tiers.tier_cache import RECORDS_DIR, Wanted, record_name
+
+LAYOUT = Layout.from_preset("tiny_v4")
+RECORD = 8192  # a record of up to one page of payload takes 8 KiB (header + padded payload)
+
+
+def cache(directory: Path, host_records: int, disk_records: int, faults: DiskFaults | None = None) -> TierCache:
+    return TierCache(pools=LAYOUT.pools, layout_fingerprint=LAYOUT.fingerprint(), model_id="m", key_seed=1,
+                     host_bytes=host_records * RECORD, directory=directory, disk_bytes=disk_records * RECORD,
+                     faults=faults)
+
+
+def key(i: int) -> np.ndarray:
+    return np.array([i, 99], np.uint64)
+
+
+def test_closing_a_host_larger_than_the_disk_keeps_the_most_recent_records(tmp_path: Path) -> None:
+    tiers = cache(tmp_path, host_records=10, disk_records=3)
+    for i in range(2):
+        tiers.put(BLOCK, key(i), 0, 8, bytes(100))
+    tiers.evict("host")
+    for i in range(2, 8):
+        tiers.put(BLOCK, key(i), 0, 8, bytes(100))
+    tiers.close()
+    reopened = cache(tmp_path, host_records=10, disk_records=3)
+    assert list(reopened.disk_lru) == [record_name(key(i)) for i in (5, 6, 7)]  # not emptied: the newest kept
+    reopened.close()
+
+
+def test_a_record_larger_than_the_disk_budget_evicts_nothing(tmp_path: Path) -> None:
+    tiers = cache(tmp_path, host_records=0, disk_records=2)
+    tiers.put(BLOCK, key(0), 0, 8, bytes(100))
+    tiers.drain()
+    tiers.put(BLOCK, key(1), 0, 8, bytes(3 * RECORD))
+    tiers.drain()
+    assert list(tiers.disk_lru) == [record_name(key(0))] and tiers.counts["dropped_too_large"] == 1
+    tiers.close()
+
+
+def test_a_failed_read_of_a_record_on_its_way_to_disk_leaves_its_extent_alone(tmp_path: Path) -> None:
+    tiers = cache(tmp_path, host_records=4, disk_records=4, faults=DiskFaults(slow_io=1, slow_seconds=0.2))
+    tiers.put(BLOCK, key(0), 0, 8, bytes(range(100)))
+    tiers._demote([record_name(key(0))])  # moving to disk, the writer slowed down
+    assert tiers.fetch([Wanted(BLOCK, key(0), 8, 16)]) == [None]  # a wrong range: a miss, not a drop
+    assert record_name(key(0)) in tiers.host_lru and tiers.counts["missed_host"] == 1
+    tiers.put(BLOCK, key(1), 0, 8, bytes(100))  # must not take the moving record's extent
+    tiers.drain()
+    got = tiers.fetch([Wanted(BLOCK, key(0), 0, 8)])[0]
+    assert got is not None and got[0] == "disk" and bytes(got[1]) == bytes(range(100))
+    tiers.close()
+
+
+def test_a_delete_that_fails_is_a_typed_error_and_keeps_the_record_counted(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    store = DiskStore(tmp_path, 4 * RECORD, LAYOUT.fingerprint())
+    tiers = cache(tmp_path / "c", host_records=0, disk_records=1)
+    tiers.put(BLOCK, key(0), 0, 8, bytes(100))
+    tiers.drain()
+
+    def refuse(_self: Path, missing_ok: bool = False) -> None:
+        raise OSError(errno.EIO, "injected")
+
+    monkeypatch.setattr(Path, "unlink", refuse)
+    with pytest.raises(TierError, match="cannot delete"):
+        store.remove("anything")
+    tiers.put(BLOCK, key(1), 0, 8, bytes(100))  # no room and the victim cannot go: counted, nothing lost
+    tiers.drain()
+    monkeypatch.undo()
+    assert tiers.counts["remove_failed"] >= 1 and record_name(key(0)) in tiers.disk_lru
+    assert set(tiers.disk_lru) <= set(tiers.disk.sizes if tiers.disk else {})
+    tiers.close()
+
+
+def test_a_record_of_the_wrong_length_is_quarantined_not_served(tmp_path: Path) -> None:
+    engine = tiny(tmp_path)
+    prompt = np.arange(40) % 64
+    first = engine.generate(prompt, 2)
+    assert engine.tiers is not None
+    keys = engine.manager.block_keys(engine.manager.add_request(prompt))  # the prompt's block keys
+    victim = record_name(keys[2], BLOCK)
+    engine.tiers.cache._drop_host([victim], "test")
+    engine.tiers.cache.put(BLOCK, keys[2], 16, 24, bytes(128))  # the right name, a payload of the wrong size
+    engine.evict("device")
+    again = engine.generate(prompt, 2)  # would have raised ValueError inside the load
+    assert again.same_outputs(first) and engine.tiers.cache.counts["quarantined_host"] == 1
+    assert again.cached_by_tier["host"] == 16  # up to the point at 16: the load stops before the bad record
+
+
+def test_a_host_only_engine_has_no_disk_tier_to_evict() -> None:
+    engine = Engine.tiny(0, host_bytes=1 << 16)
+    assert engine.evict("host") == 0
+    with pytest.raises(InvalidArgument, match="only device, host"):
+        engine.evict("disk")
+
+
+@pytest.mark.parametrize("rate", [-1.0, float("nan"), float("inf"), 0, "fast", True])
+def test_a_bad_compute_rate_is_refused(tmp_path: Path, rate: object) -> None:
+    with pytest.raises(InvalidArgument, match="compute_flops_per_s"):
+        Engine.tiny(0, disk_dir=tmp_path, compute_flops_per_s=rate)
+    with pytest.raises(InvalidArgument, match="disk_faults"):
+        Engine.tiny(0, disk_dir=tmp_path, disk_faults=123)
+    Engine.tiny(0, disk_dir=tmp_path, host_bytes=np.int64(1 << 16)).close()  # numpy integers are integers
+
+
+def test_cache_json_that_is_not_an_object_is_a_config_error(tmp_path: Path) -> None:
+    (tmp_path / "cache.json").write_text(json.dumps([1, 2]))
+    with pytest.raises(ConfigError, match="not a JSON object"):
+        Engine.tiny(0, disk_dir=tmp_path)
+    with pytest.raises(ConfigError, match="not a JSON object"):
+        Engine.tiny(0, disk_dir=tmp_path, key_seed=0)
+
+
+def test_rows_of_an_unknown_pool_are_a_typed_error() -> None:
+    executor = RefExecutor()
+    with pytest.raises(UnknownPool):
+        executor.export_rows("nope", [(1, 0, 1)], np.zeros((1, 1, 1), np.float32))
+    with pytest.raises(UnknownPool):
+        executor.import_rows("nope", [(1, 0, 1)], np.zeros((1, 1, 1), np.float32))
+
+
+def test_a_finished_request_leaves_its_head_most_recent(tmp_path: Path) -> None:
+    engine = tiny(tmp_path)  # the host holds the request's 8 records (5 blocks, points at 16, 32, 40)
+    prompt = np.arange(41) % 64
+    engine.generate(prompt, 2)
+    assert engine.tiers is not None
+    keys = engine.manager.block_keys(engine.manager.add_request(prompt))
+    order = list(engine.tiers.cache.host_lru)
+    assert len(order) == 8
+    blocks = [order.index(record_name(k, BLOCK)) for k in keys]
+    assert blocks == sorted(blocks, reverse=True)  # the head block is the most recent, the tail the least
+    assert order.index(record_name(keys[1], POINT)) > order.index(record_name(keys[2], BLOCK))
