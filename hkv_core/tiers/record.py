@@ -1,6 +1,7 @@
 """The on-disk record format: a 4,096-byte header, then the payload padded to 4,096 bytes.
 
-A record holds one cached object (one page of one pool) for a token range.
+A record holds the rows of one or more pools for a token range (the engine's
+tiers store a block's compressed entries, or a resume point's window and tails).
 The header says what it is, so a cache rebuilt from a directory after a
 restart trusts nothing it cannot check:
 
@@ -44,7 +45,7 @@ DIGEST_BYTES = 16
 UNSUMMED = bytes(DIGEST_BYTES)  # a host record's payload checksum until it goes to disk (computed there)
 KEY_BYTES = 16
 MAX_TEXT_BYTES = 512  # kind and ABI id
-MAX_KEYS = 200  # block keys a header holds (a record spans at most one page: 512 tokens are 32 blocks of 16)
+MAX_KEYS = 200  # block keys a header holds (the engine's records name one; the format allows a run of blocks)
 _FIXED = struct.Struct("<8sI16s")
 
 

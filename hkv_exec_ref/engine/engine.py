@@ -84,7 +84,8 @@ class Engine:
         self.max_step_tokens = self.config.window_tokens - 1
         self.stats = EngineStats()
         assert self.max_step_tokens >= 1, "a window of at least 2 rows"
-        model_id = f"tiny_v4 seed {model.config.seed}"  # the weights a tier's records were computed with
+        model_id = f"tiny_v4 seed {model.config.seed}"  # the weights a tier's records were computed with, and
+        model_id += f" faults {faults.name}" if faults else ""  # a faulted engine's records are not a clean one's
         self.tiers: TierLink | None = tiers.link(manager, model_id) if tiers else None
 
     @classmethod

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from hkv_core.errors import ConfigError, TierError
 
-META_FILE, LOCK_FILE = "cache.json", "lock"
+META_FILE, LOCK_FILE, RECORDS_DIR = "cache.json", "lock", "records"
 META_FORMAT = 1  # cache.json's own format
 
 
@@ -46,12 +46,20 @@ class CacheDirectory:
         want = {"format": META_FORMAT, "layout_fingerprint": layout_fingerprint, "model_id": model_id,
                 "key_seed": key_seed}
         if not path.exists():
+            if any((self.path / RECORDS_DIR).glob("*")):
+                raise ConfigError("records without the cache.json that says whose they are: refusing to serve "
+                                  "them", source=str(path), key="cache.json")
             temp = path.with_suffix(".tmp")
             with open(temp, "w") as f:
                 json.dump(want, f)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(temp, path)
+            fd = os.open(self.path, os.O_RDONLY)  # the rename durable before any record is written
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
             return
         have = _read(path)
         for field in ("layout_fingerprint", "model_id", "key_seed"):

@@ -219,7 +219,14 @@ class DiskStore:
             return False
         try:
             total = sum(len(part) for part in parts)
-            if os.pwritev(fd, [part.data for part in parts], 0) != total:
+            try:
+                written = os.pwritev(fd, [part.data for part in parts], 0)
+            except OSError as err:
+                if err.errno != errno.EINVAL:
+                    raise
+                self.direct_io, self.fallback_reason = False, f"O_DIRECT write refused: {err.strerror}"
+                return False  # the caller writes the file again, buffered
+            if written != total:
                 raise OSError(errno.EIO, "short write")
             if length < total:
                 os.ftruncate(fd, length)

@@ -35,13 +35,11 @@ from numpy.typing import NDArray
 from hkv_core.errors import RecordCorrupt, TierError, TierFull
 from hkv_core.layout import PoolSpec
 from hkv_core.tiers.record import HEADER_BYTES, UNSUMMED, RecordHeader, checksum, pack_header, unpack_header
-from hkv_exec_ref.tiers.cache_dir import CacheDirectory
+from hkv_exec_ref.tiers.cache_dir import RECORDS_DIR, CacheDirectory
 from hkv_exec_ref.tiers.disk_store import Buffer, Crash, DiskFaults, DiskStore
 from hkv_exec_ref.tiers.disk_writer import DiskWriter, Record, record_bytes
 from hkv_exec_ref.tiers.host_store import HostStore
 from hkv_exec_ref.tiers.span_io import BLOCK, POINT
-
-RECORDS_DIR = "records"
 
 
 def record_name(key: NDArray[np.uint64], kind: str = BLOCK) -> str:
@@ -116,11 +114,14 @@ class TierCache:
         self.counts["restored"] += len(self.disk.sizes)
 
     def close(self) -> None:
-        """Move every host record to disk (durably), stop the threads, release the directory."""
-        if self.writer is not None:
-            self._demote([n for n in self.host_lru if n not in self.moving])
-            self._settle(self.writer.drain())
-        self.abandon()
+        """Move every host record to disk (durably), stop the threads, release the directory (also when moving
+        fails: the error is raised after the release)."""
+        try:
+            if self.writer is not None:
+                self._demote([n for n in self.host_lru if n not in self.moving])
+                self._settle(self.writer.drain())
+        finally:
+            self.abandon()
 
     def abandon(self) -> None:
         """What a process death does: the threads stop, the lock goes; nothing more is flushed."""

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from hkv_core import Layout
-from hkv_core.errors import InvalidArgument
+from hkv_core.errors import ConfigError, InvalidArgument
 from hkv_core.tiers.cost import Candidate, CostModel, Rate, recompute_flops
 from hkv_core.tiers.record import RecordHeader, checksum
 from hkv_exec_ref.tiers import DiskStore, TierCache
@@ -116,6 +116,7 @@ def test_a_record_that_does_not_describe_the_block_asked_for_is_never_served(tmp
 
 
 def test_records_of_another_layout_in_the_directory_are_quarantined_at_open(tmp_path: Path) -> None:
+    cache(tmp_path, host_bytes=0).close()  # the directory's cache.json: this layout's cache
     other = Layout.from_preset("tiny_csa").fingerprint()
     store = DiskStore(tmp_path / RECORDS_DIR, 1 << 20, other)
     payload = bytes(64)
@@ -125,3 +126,12 @@ def test_records_of_another_layout_in_the_directory_are_quarantined_at_open(tmp_
     tiers = cache(tmp_path, host_bytes=0)
     assert tiers.disk is not None and tiers.disk.counts["quarantined"] == 1 and not tiers.disk_lru
     tiers.close()
+
+
+def test_records_without_the_cache_json_that_owns_them_are_refused(tmp_path: Path) -> None:
+    tiers = cache(tmp_path, host_bytes=0)
+    tiers.put(BLOCK_KIND, key(1), 0, 8, bytes(64))
+    tiers.close()
+    (tmp_path / "cache.json").unlink()  # whose records are these now?
+    with pytest.raises(ConfigError, match="records without the cache.json"):
+        cache(tmp_path, host_bytes=0)
