@@ -49,12 +49,16 @@ def capacity(value: str) -> int | None:
               help="Preset layout whose manager replays the trace.")
 @click.option("--block-tokens", default=512, show_default=True, type=click.IntRange(1, MAX_REQUEST_TOKENS),
               help="Tokens per block: the trace's hash ids name blocks of this size.")
+@click.option("--host-tokens", default=0, show_default=True, type=click.IntRange(0, None),
+              help="A host tier below the device, in tokens (docs/replay.md: the replay's tier model).")
+@click.option("--disk-tokens", default=0, show_default=True, type=click.IntRange(0, None),
+              help="A disk tier below the host, in tokens.")
 @click.option("--sweep", is_flag=True, help="Replay at 1k, 3k, 10k, 30k blocks and unbounded; table and PNG.")
 @click.option("--out", "out_dir", default="out", show_default=True, type=click.Path(file_okay=False),
               help="Folder for the sweep's PNG (replay_sweep.png); created if missing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 def replay_command(trace: str, policies: tuple[str, ...], capacity_tokens: str, layout: str, block_tokens: int,
-                   sweep: bool, out_dir: str, as_json: bool) -> None:
+                   host_tokens: int, disk_tokens: int, sweep: bool, out_dir: str, as_json: bool) -> None:
     """Replay TRACE (Mooncake JSON lines) through the cache manager; print block and token hit rates."""
     requests = read_trace(trace, block_tokens)
     capacities = [None if b is None else b * block_tokens for b in SWEEP_BLOCKS] if sweep \
@@ -65,7 +69,8 @@ def replay_command(trace: str, policies: tuple[str, ...], capacity_tokens: str, 
                   console=console, transient=True, disable=as_json) as bar:
         task = bar.add_task("replaying", total=len(runs) * len(requests))
         for n, (policy, cap) in enumerate(runs):
-            config = ReplayConfig(layout=layout, block_tokens=block_tokens, capacity_tokens=cap, policy=policy)
+            config = ReplayConfig(layout=layout, block_tokens=block_tokens, capacity_tokens=cap, policy=policy,
+                                  host_tokens=host_tokens, disk_tokens=disk_tokens)
             base = n * len(requests)
 
             def advance(done: int, base: int = base) -> None:
@@ -84,17 +89,29 @@ def replay_command(trace: str, policies: tuple[str, ...], capacity_tokens: str, 
 def _print(results: list[ReplayResult], requests: list[TraceRequest], block_tokens: int, chart: Path | None,
            sweep: bool) -> None:
     table = Table(title=f"hkv replay: {len(requests):,} requests, blocks of {block_tokens} tokens")
-    for column in ("policy", "capacity (blocks)", "block hit rate", "token hit rate", "evicted blocks",
-                   "requests / s"):
+    tiered = results[0].tiers is not None
+    columns = ["policy", "capacity (blocks)", "block hit rate", "token hit rate", "evicted blocks", "requests / s"]
+    columns += ["from host / disk (tokens)", "GB loaded host / disk", "load / split / recompute"] if tiered else []
+    for column in columns:
         table.add_column(column, justify="left" if column == "policy" else "right")
     for r in results:
         cap = "unbounded" if r.capacity_tokens is None else f"{r.capacity_tokens // block_tokens:,}"
         table.add_row(plain(r.policy), cap, f"{r.block_hit_rate:.3f}", f"{r.token_hit_rate:.3f}",
-                      f"{r.evicted_blocks:,}", f"{r.requests_per_second:,.0f}")
+                      f"{r.evicted_blocks:,}", f"{r.requests_per_second:,.0f}", *_tier_cells(r))
     out.print(table)
     if sweep:
         out.print(f"chart: {plain(chart)}" if chart else
                   plain("chart skipped: matplotlib is not installed (pip install 'hkv[plot]')"), highlight=False)
+
+
+def _tier_cells(r: ReplayResult) -> list[str]:
+    """The tier columns of a result (none without tiers); the hit rates above count device hits only."""
+    t = r.tiers
+    if t is None:
+        return []
+    gigabytes = f"{t.bytes['host'] / 1e9:,.1f} / {t.bytes['disk'] / 1e9:,.1f}"
+    return [f"{t.tokens['host']:,} / {t.tokens['disk']:,}", gigabytes,
+            " / ".join(f"{t.decisions[d]:,}" for d in ("load", "split", "recompute"))]
 
 
 def _chart(results: list[ReplayResult], folder: Path, block_tokens: int) -> Path | None:

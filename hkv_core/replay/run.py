@@ -28,6 +28,7 @@ from hkv_core.layout import Layout
 from hkv_core.manager import CacheManager, ManagerConfig
 from hkv_core.replay.adaptive import AdaptivePolicy
 from hkv_core.replay.belady import NEVER, BeladyPolicy
+from hkv_core.replay.tiers import TierReplay, TierTotals
 from hkv_core.replay.trace import TraceRequest, prompt_of
 
 __all__ = ["POLICIES", "ReplayConfig", "ReplayResult", "manager_for", "next_uses", "replay"]
@@ -45,6 +46,8 @@ class ReplayConfig:
     block_tokens: int = 512
     capacity_tokens: int | None = None
     policy: str = "lru"
+    host_tokens: int = 0  # a host tier below the device (hkv_core.replay.tiers; 0: none)
+    disk_tokens: int = 0  # a disk tier below the host (0: none)
 
     def __attrs_post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -53,6 +56,9 @@ class ReplayConfig:
         if self.capacity_tokens is not None and self.capacity_tokens < self.block_tokens:
             raise ConfigError(f"must hold at least one block of {self.block_tokens} tokens, got "
                               f"{self.capacity_tokens}", source="replay", key="capacity_tokens")
+        for key in ("host_tokens", "disk_tokens"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"must be >= 0, got {getattr(self, key)}", source="replay", key=key)
 
 
 @attrs.frozen(kw_only=True)
@@ -71,6 +77,7 @@ class ReplayResult:
     evicted_blocks: int
     uncached_requests: int  # too large for the cache: computed whole, nothing kept
     seconds: float
+    tiers: TierTotals | None = None  # with host / disk tiers: tokens and bytes loaded per tier, decisions
     hits: tuple[int, ...] = attrs.field(default=(), repr=False)  # each request's hit tokens, in replay order
 
     @property
@@ -88,6 +95,7 @@ class ReplayResult:
     def to_dict(self) -> dict[str, object]:
         out = attrs.asdict(self)
         del out["hits"]  # one number per request: in the result, not in its summary
+        out["tiers"] = self.tiers.to_dict() if self.tiers is not None else None
         out.update(block_hit_rate=round(self.block_hit_rate, 4), token_hit_rate=round(self.token_hit_rate, 4),
                    requests_per_second=round(self.requests_per_second, 1))
         return out
@@ -165,12 +173,17 @@ def replay(requests: Sequence[TraceRequest], config: ReplayConfig,
     """Serve every request through a fresh manager; `progress(done)` every 100 requests."""
     m = manager_for(requests, config)
     hints = _hints(m, requests, config.policy)
-    bt, hits, uncached = config.block_tokens, [], 0
+    bt, hits, uncached, loaded = config.block_tokens, [], 0, 0
+    tiers = (TierReplay(m.layout, config.host_tokens // bt, config.disk_tokens // bt)
+             if config.host_tokens or config.disk_tokens else None)
     began = time.perf_counter()
     for done, request in enumerate(requests, 1):
         hit, fitted = _serve(m, prompt_of(request, bt), hints[done - 1] if hints else None)
         hits.append(hit)
         uncached += not fitted
+        if tiers is not None:
+            loaded += tiers.serve(request.hash_ids, hit // bt, request.input_length)
+            tiers.store(request.hash_ids, request.input_length // bt)
         if progress is not None and done % 100 == 0:
             progress(done)
     seconds = time.perf_counter() - began
@@ -178,5 +191,6 @@ def replay(requests: Sequence[TraceRequest], config: ReplayConfig,
     return ReplayResult(layout=config.layout, policy=config.policy, capacity_tokens=config.capacity_tokens,
                         requests=len(requests), prompt_tokens=prompt, blocks=sum(len(r.hash_ids) for r in requests),
                         hit_tokens=hit_tokens, hit_blocks=hit_tokens // bt,  # hits end on block boundaries
-                        tokens_recomputed=prompt - hit_tokens, evicted_blocks=m.stats["evicted_blocks"],
-                        uncached_requests=uncached, seconds=round(seconds, 3), hits=tuple(hits))
+                        tokens_recomputed=prompt - hit_tokens - loaded, evicted_blocks=m.stats["evicted_blocks"],
+                        uncached_requests=uncached, seconds=round(seconds, 3), hits=tuple(hits),
+                        tiers=tiers.totals if tiers is not None else None)

@@ -50,20 +50,26 @@ class Rate:
 
 def recompute_flops(layout: Layout, lo: int, hi: int) -> float:
     """FLOPs to run tokens [lo, hi) through the main layers: the q/k/v/o projections and an MLP per token, and
-    attention over the window rows and the compressed entries each token sees (an estimate: the layout does
-    not say the MLP's width or the indexer's)."""
+    attention over what each token sees - every earlier token (full attention), the window's rows, the
+    compressed entries (CSA: the indexer's top-k of them, plus the indexer scoring them all).  An estimate:
+    the layout does not say the MLP's width."""
     tokens = hi - lo
     if tokens <= 0:
         return 0.0
     h, heads, d = layout.hidden_size, layout.num_attention_heads, layout.head_dim
     dense = 2.0 * 4 * h * heads * d + FFN_FLOPS_PER_HIDDEN_SQ * h * h
-    mean_position = (lo + hi - 1) / 2
+    position = (lo + hi - 1) / 2 + 1  # the mean number of tokens a token of the range sees, itself included
     flops = 0.0
     for group in layout.groups:
-        seen = min(mean_position + 1, layout.window_tokens)
-        if group.compress_ratio > 1:
-            seen += mean_position / group.compress_ratio
-        flops += len(group.layer_ids) * (dense + 4.0 * heads * d * seen)
+        window = min(position, group.window_tokens) if group.window_tokens else 0.0
+        scoring = 0.0
+        if group.compress_ratio <= 1:  # 0: sliding window only, 1: full attention
+            seen = window or position  # a sliding window, or full attention
+        else:
+            entries = position / group.compress_ratio
+            seen = window + (min(entries, group.index_topk) if group.index_topk else entries)
+            scoring = 2.0 * group.index_n_heads * group.index_head_dim * entries if group.index_topk else 0.0
+        flops += len(group.layer_ids) * (dense + 4.0 * heads * d * seen + scoring)
     return flops * tokens
 
 

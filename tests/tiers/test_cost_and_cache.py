@@ -34,6 +34,10 @@ def test_recompute_flops_grow_with_tokens_and_with_position() -> None:
     assert recompute_flops(LAYOUT, 0, 0) == 0
     assert recompute_flops(LAYOUT, 0, 16) > recompute_flops(LAYOUT, 0, 8) > 0
     assert recompute_flops(LAYOUT, 800, 808) > recompute_flops(LAYOUT, 0, 8)  # attention over more entries
+    full = Layout.from_preset("llama_full")  # full attention: every earlier token, however far back
+    assert recompute_flops(full, 100_000, 100_008) > 1.5 * recompute_flops(full, 0, 8)
+    swa = Layout.from_preset("mistral_swa")  # a sliding window only: past the window, a token costs the same
+    assert recompute_flops(swa, 100_000, 100_008) == recompute_flops(swa, 50_000, 50_008)
 
 
 def test_the_decision_loads_what_is_cheaper_to_load_than_to_compute() -> None:
