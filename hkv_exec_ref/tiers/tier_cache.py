@@ -34,7 +34,7 @@ from numpy.typing import NDArray
 
 from hkv_core.errors import RecordCorrupt, TierError, TierFull
 from hkv_core.layout import PoolSpec
-from hkv_core.tiers.record import HEADER_BYTES, UNSUMMED, RecordHeader, checksum, pack_header, unpack_header
+from hkv_core.tiers.record import HEADER_BYTES, UNSUMMED, RecordHeader, checksum, pack_header
 from hkv_exec_ref.tiers.cache_dir import RECORDS_DIR, CacheDirectory
 from hkv_exec_ref.tiers.disk_store import Buffer, Crash, DiskFaults, DiskStore
 from hkv_exec_ref.tiers.disk_writer import DiskWriter, Record, record_bytes
@@ -83,6 +83,7 @@ class TierCache:
             raise TierError(tier="host", record="arena", reason=f"cannot preallocate {host_bytes:,} bytes "
                             f"({type(err).__name__})") from None
         self.host_lru: OrderedDict[str, None] = OrderedDict()
+        self.host_headers: dict[str, RecordHeader] = {}  # each host record's header, as packed into its image
         self.disk_lru: OrderedDict[str, None] = OrderedDict()
         self.counts: Counter[str] = Counter()
         self.directory = Path(directory) if directory is not None else None
@@ -161,8 +162,9 @@ class TierCache:
             except BaseException:
                 self.host.drop(name)
                 raise
-            image[:HEADER_BYTES] = np.frombuffer(pack_header(self._header(kind, key, lo, hi, image[HEADER_BYTES:])),
-                                                 np.uint8)
+            header = self._header(kind, key, lo, hi, image[HEADER_BYTES:])
+            image[:HEADER_BYTES] = np.frombuffer(pack_header(header), np.uint8)
+            self.host_headers[name] = header  # parsed once: host reads and demotions check it, not the bytes
             self.host_lru[name] = None
             self.counts["stored_host"] += 1
             self._demote_early()
@@ -208,6 +210,7 @@ class TierCache:
         for name in names:
             self.host.drop(name)
             del self.host_lru[name]
+            del self.host_headers[name]
         self.counts[count] += len(names)
 
     def _demote(self, names: Sequence[str]) -> None:
@@ -218,7 +221,7 @@ class TierCache:
         records: list[Record] = []
         for name in names:  # the arena extent is the record's image: written to disk with no copy
             image = self.host.image(name)
-            records.append((name, unpack_header(image[:HEADER_BYTES].tobytes(), name), image))
+            records.append((name, self.host_headers[name], image))
         self.moving.update(names)  # pinned: the extents stay until the batch settles
         self._submit(records)
 
@@ -337,9 +340,8 @@ class TierCache:
 
     def _read_host(self, want: Wanted) -> Loaded | None:
         began, name = time.perf_counter(), want.name
-        data = self.host.view(name)
+        header, data = self.host_headers[name], self.host.view(name)
         try:
-            header = unpack_header(data[:HEADER_BYTES].tobytes(), name)
             payload = data[HEADER_BYTES:HEADER_BYTES + header.payload_bytes]  # a view: used before any put
             self._check("host", header, payload, want, checked=header.payload_checksum == UNSUMMED)
         except RecordCorrupt:
