@@ -28,9 +28,10 @@ records and the point record at its end (as tests/tiers/test_record_round_trip.p
   `numpy.copyto` of the same payload bytes out of the pool arrays into a
   preallocated host buffer;
 - host reload: `TierCache.fetch` from the host (header and payload checked, a
-  view of the arena) + `span_io.load` into a second request's allocation (the
-  engine's `TierLink.load`) against `numpy.copyto` of the same bytes back into
-  preallocated arrays;
+  view of the arena) + `span_io.load_all` into a second request's allocation
+  (the records written on the cache's loader threads, as the engine's
+  `TierLink.load`) against one `numpy.copyto` of the same bytes back into a
+  preallocated array;
 - disk offload: the host offload and then `TierCache.evict("host")` (one
   durable batch on the writer thread, drained), end to end, against a raw
   O_DIRECT write + fsync of the same payload bytes, one file per record, from
@@ -293,9 +294,11 @@ def record_runs(bench: RecordBench, directory: Path, check: bool) -> dict[str, f
         t0 = time.perf_counter()
         got = cache.fetch(bench.wanted)
         t1 = time.perf_counter()
+        loads = []
         for (kind, _, hi, read_lo, _), found in zip(bench.records, got, strict=True):
             assert found is not None and found[0] == tier, (tier, kind, hi, found and found[0])
-            span_io.load(ex, layout, pools, kind, bench.target, read_lo, hi, found[1], last=hi == bench.end)
+            loads.append(span_io.Load(kind=kind, lo=read_lo, hi=hi, payload=found[1], last=hi == bench.end))
+        span_io.load_all(ex, layout, pools, bench.target, loads, cache.loader)  # as TierLink.load
         t2 = time.perf_counter()
         phase[f"fetch_{tier}"] += t1 - t0
         phase[f"load_{tier}"] += t2 - t1

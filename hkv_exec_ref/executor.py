@@ -7,6 +7,7 @@ Every op is implemented plainly; the host tier is a dict of page copies.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -53,6 +54,7 @@ class RefExecutor:
         self.bindings: dict[str, PoolBinding] = {}
         self.host: dict[str, HostRecord] = {}
         self.tally = Tally()
+        self._tally_lock = threading.Lock()  # export_rows / import_rows may run on a tier's loader threads
         self._authority: PlanAuthority | None = None
         self._addresses: dict[str, int] = {}
 
@@ -191,7 +193,8 @@ class RefExecutor:
             np.copyto(out[:, at:at + stop - first], array[page, :, first:stop])
             at += stop - first
         assert at == out.shape[1], (pool, at, out.shape)
-        self.tally.entries_read += at
+        with self._tally_lock:
+            self.tally.entries_read += at
 
     def import_rows(self, pool: str, runs: Sequence[Run], src: NDArray[Any]) -> None:
         """`src` (layers, n, *entry_shape), in order, into entries [first, stop) of each run's page."""
@@ -201,7 +204,8 @@ class RefExecutor:
             np.copyto(array[page, :, first:stop], src[:, at:at + stop - first])
             at += stop - first
         assert at == src.shape[1], (pool, at, src.shape)
-        self.tally.entries_written += at
+        with self._tally_lock:
+            self.tally.entries_written += at
 
 
 def _pages_moved(op: Op) -> int:

@@ -170,15 +170,17 @@ class TierLink:
         if end == start:
             return out
         alloc = run_plan(manager.allocate(rid, end - start))
+        writes = []
         for w in wanted:
             found = got[(w.kind, w.hi)]
             if found is None or w.hi > end or (w.kind == span_io.POINT and w.hi not in plan.retained | {end}):
                 continue
             tier, payload, seconds = found
             lo = w.hi - self.block if w.kind == span_io.BLOCK else w.lo
-            span_io.load(executor, self.layout, self.pools, w.kind, alloc, lo, w.hi, payload, last=w.hi == end)
+            writes.append(span_io.Load(kind=w.kind, lo=lo, hi=w.hi, payload=payload, last=w.hi == end))
             self.cost.tiers[tier].observe(len(payload), seconds)
             out[tier] += self.block if w.kind == span_io.BLOCK else 0
+        span_io.load_all(executor, self.layout, self.pools, alloc, writes, self.cache.loader)
         manager.commit(rid, end - start)
         self.cache.touch(sorted((w.name for w in wanted if w.hi <= end), key=lambda n: (key_hi[n], n)))
         return out

@@ -22,8 +22,11 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
+import attrs
 import numpy as np
 from numpy.typing import NDArray
 
@@ -136,6 +139,33 @@ def load(executor: Executor, layout: Layout, pools: tuple[PoolSpec, ...], kind: 
         skip = max(0, base - first)  # window rows before the allocation
         runs = _runs(spec, alloc.block_tables[spec.name], first + skip, first + view.shape[1])
         executor.import_rows(spec.name, runs, view[:, skip:])
+
+
+@attrs.frozen(kw_only=True)
+class Load:
+    """One fetched record to write into an allocation (see `load`)."""
+
+    kind: str
+    lo: int
+    hi: int
+    payload: Any = attrs.field(eq=False, repr=False)
+    last: bool
+
+
+def load_all(executor: Executor, layout: Layout, pools: tuple[PoolSpec, ...], alloc: Allocation,
+             loads: Sequence[Load], workers: ThreadPoolExecutor | None = None) -> None:
+    """`load` every record, on `workers` when given (records write disjoint rows - windows of nearby points
+    overlap only with equal bytes - and numpy copies run without the GIL), waiting for all; the first error
+    is raised after every write has ended."""
+    if workers is None or len(loads) < 2:
+        for r in loads:
+            load(executor, layout, pools, r.kind, alloc, r.lo, r.hi, r.payload, r.last)
+        return
+    jobs = [workers.submit(load, executor, layout, pools, r.kind, alloc, r.lo, r.hi, r.payload, r.last)
+            for r in loads]
+    wait(jobs)
+    for job in jobs:
+        job.result()
 
 
 # ---------------------------------------------------------------- arrays (tests and tools)
