@@ -35,11 +35,13 @@ touches touch its parent too, so this holds until the child leaves.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator
 
 import numpy as np
 from numpy.typing import NDArray
 
+from hkv_core.manager.index.blocks import BlockTable
 from hkv_core.replay.shadow import Shadows
 
 Blocks = NDArray[np.int32]
@@ -66,7 +68,7 @@ class AdaptivePolicy:
         self.first = np.zeros(block_rows, np.int64)  # the clock when the block's key was first seen
         self.pending = np.full(block_rows, NOT_PENDING, np.int64)  # a new block's bucket until its first reuse
         self.row_key = np.zeros(block_rows, np.uint64)
-        self.ghost: dict[int, tuple[int, int, int]] = {}  # key -> (uses, pending bucket, first), oldest first
+        self.ghost: OrderedDict[int, tuple[int, int, int]] = OrderedDict()  # key -> (uses, pending, first)
         self.ghost_keys = max(GHOST_PER_ROW * block_rows, MIN_GHOST_KEYS)
         self.inserted = np.zeros(BUCKETS, np.float64)
         self.reused = np.zeros(BUCKETS, np.float64)
@@ -150,7 +152,7 @@ class AdaptivePolicy:
                                              self.pending[gone].tolist(), self.first[gone].tolist(), strict=True):
             self.ghost[key] = (uses, pending, first)
         while len(self.ghost) > self.ghost_keys:
-            del self.ghost[next(iter(self.ghost))]
+            self.ghost.popitem(last=False)  # O(1): a dict's first item costs a scan past deleted slots
 
     def order(self) -> Blocks:
         blocks = np.flatnonzero(self.live).astype(np.int32)
@@ -158,6 +160,10 @@ class AdaptivePolicy:
 
     def chunks(self) -> Iterator[Blocks]:
         yield self.order()
+
+    def rebind(self, blocks: BlockTable) -> None:
+        """Read keys from `blocks` (a cloned index's table) from now on."""
+        self.keys = blocks.key
 
     def clone(self) -> AdaptivePolicy:
         twin = AdaptivePolicy.__new__(AdaptivePolicy)

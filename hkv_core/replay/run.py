@@ -5,8 +5,10 @@ hashed into block keys), match, acquire, allocate and commit every token
 after the hit, release; allocation evicts under the manager's policy when the
 pools (sized from `capacity_tokens`) are full.  Outputs are not inserted (the
 trace's later inputs already contain earlier turns).  A request whose
-uncached part does not fit even an empty cache is counted as uncached and
-computes everything.
+uncached part does not fit even an emptied cache is counted as uncached: it
+keeps its hit and computes the rest without caching it (nor using tiers).
+Traces must be prefix-consistent (a block id at a position always follows
+the same parent); `replay` refuses one that is not.
 
 Hits differ from a plain block-level simulation in two ways, both by design:
 the prompt's last, partial block is never cached (only complete blocks get
@@ -26,10 +28,11 @@ from numpy.typing import NDArray
 from hkv_core.errors import ConfigError, OutOfPages
 from hkv_core.layout import Layout
 from hkv_core.manager import CacheManager, ManagerConfig
+from hkv_core.plan import Completion
 from hkv_core.replay.adaptive import AdaptivePolicy
 from hkv_core.replay.belady import NEVER, BeladyPolicy
 from hkv_core.replay.tiers import TierReplay, TierTotals
-from hkv_core.replay.trace import TraceRequest, prompt_of
+from hkv_core.replay.trace import TraceRequest, check_requests, prompt_of
 
 __all__ = ["POLICIES", "ReplayConfig", "ReplayResult", "manager_for", "next_uses", "replay"]
 
@@ -56,6 +59,9 @@ class ReplayConfig:
         if self.capacity_tokens is not None and self.capacity_tokens < self.block_tokens:
             raise ConfigError(f"must hold at least one block of {self.block_tokens} tokens, got "
                               f"{self.capacity_tokens}", source="replay", key="capacity_tokens")
+        if isinstance(self.block_tokens, bool) or not isinstance(self.block_tokens, int) or self.block_tokens < 1:
+            raise ConfigError(f"must be an integer >= 1, got {self.block_tokens!r}", source="replay",
+                              key="block_tokens")
         for key in ("host_tokens", "disk_tokens"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"must be >= 0, got {getattr(self, key)}", source="replay", key=key)
@@ -124,9 +130,11 @@ def _serve(m: CacheManager, tokens: NDArray[np.int64], hint: Hint | None) -> tup
         hit = m.match(rid)
         m.acquire(rid, hit)
         try:
-            m.allocate(rid, len(tokens) - hit.tokens)
+            alloc = m.allocate(rid, len(tokens) - hit.tokens)
         except OutOfPages:
             return hit.tokens, False
+        if alloc.plan is not None:  # no bytes in a replay: its copies (hybrid layouts) complete at once
+            m.complete(alloc.plan.plan_id, Completion(ops_run=len(alloc.plan.ops)))
         m.commit(rid, len(tokens) - hit.tokens)
         return hit.tokens, True
     finally:
@@ -170,7 +178,9 @@ def _hints(m: CacheManager, requests: Sequence[TraceRequest], policy: str) -> li
 
 def replay(requests: Sequence[TraceRequest], config: ReplayConfig,
            progress: Callable[[int], None] | None = None) -> ReplayResult:
-    """Serve every request through a fresh manager; `progress(done)` every 100 requests."""
+    """Serve every request through a fresh manager; `progress(done)` every 100 requests.  ConfigError for an
+    empty trace, one whose hash ids do not match `block_tokens`, or one that is not prefix-consistent."""
+    check_requests(requests, config.block_tokens)
     m = manager_for(requests, config)
     hints = _hints(m, requests, config.policy)
     bt, hits, uncached, loaded = config.block_tokens, [], 0, 0
@@ -181,7 +191,7 @@ def replay(requests: Sequence[TraceRequest], config: ReplayConfig,
         hit, fitted = _serve(m, prompt_of(request, bt), hints[done - 1] if hints else None)
         hits.append(hit)
         uncached += not fitted
-        if tiers is not None:
+        if tiers is not None and fitted:  # a request that did not fit computed its rest uncached
             loaded += tiers.serve(request.hash_ids, hit // bt, request.input_length)
             tiers.store(request.hash_ids, request.input_length // bt)
         if progress is not None and done % 100 == 0:

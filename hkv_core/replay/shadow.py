@@ -43,27 +43,27 @@ class Shadows:
 
     def access(self, keys: list[int], priorities: NDArray[np.float64]) -> None:
         """Sampled keys of one touched chain, in touch order, and each candidate's priority for them
-        (candidates x keys): a hit where the shadow holds the key; then the key is (re)inserted at
-        `max(its priority, the one it had)` and the lowest priorities leave until the shadow fits."""
-        for j, key in enumerate(keys):
-            access = self.accesses
-            self.accesses += 1
-            for k, held in enumerate(self.held):
-                priority = float(priorities[k, j])
-                had = held.get(key)
-                if had is not None:
-                    self.hits[k] += 1
-                    priority = max(priority, had[0])
-                held[key] = (priority, access)
-                heap = self.heaps[k]
-                heapq.heappush(heap, (priority, access, key))
+        (candidates x keys): first every key the shadow holds is a hit (as the real cache matches a whole
+        prefix before it allocates), then each key is (re)inserted at `max(its priority, the one it had)` and
+        the lowest priorities leave until the shadow fits."""
+        first = self.accesses
+        self.accesses += len(keys)
+        for k, held in enumerate(self.held):
+            had = [held.get(key) for key in keys]
+            self.hits[k] += sum(h is not None for h in had)
+            heap = self.heaps[k]
+            for j, key in enumerate(keys):
+                before = had[j]
+                priority = float(priorities[k, j]) if before is None else max(float(priorities[k, j]), before[0])
+                held[key] = (priority, first + j)
+                heapq.heappush(heap, (priority, first + j, key))
                 while len(held) > self.capacity:
                     _, number, victim = heapq.heappop(heap)
                     if held.get(victim, (0.0, -1))[1] == number:
                         del held[victim]
-                if len(heap) > COMPACT_FACTOR * self.capacity + len(keys):
-                    self.heaps[k] = [e for e in heap if held.get(e[2], (0.0, -1))[1] == e[1]]
-                    heapq.heapify(self.heaps[k])
+            if len(heap) > COMPACT_FACTOR * self.capacity + len(keys):
+                self.heaps[k] = [e for e in heap if held.get(e[2], (0.0, -1))[1] == e[1]]
+                heapq.heapify(self.heaps[k])
 
     def best(self) -> int:
         """The candidate whose shadow hit most (the earliest of equals)."""

@@ -11,6 +11,7 @@ nothing is replayed from a trace with one bad line.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import attrs
@@ -19,7 +20,7 @@ from numpy.typing import NDArray
 
 from hkv_core.errors import ConfigError
 
-__all__ = ["MAX_TRACE_BYTES", "TraceRequest", "prompt_of", "read_trace"]
+__all__ = ["MAX_TRACE_BYTES", "TraceRequest", "check_requests", "prompt_of", "read_trace"]
 
 MAX_TRACE_BYTES = 1 << 30  # a trace is read whole: at most 1 GiB (the shared Mooncake trace is 3.6 MB)
 MAX_HASH_ID = 2**31 - 1  # a block's first token is its hash id: token ids are below 2**31
@@ -47,6 +48,9 @@ def _request(line: int, source: str, text: str, block_tokens: int) -> TraceReque
         record = json.loads(text)
     except json.JSONDecodeError as err:
         raise ConfigError(f"line {line}: not JSON ({err.msg})", source=source, key="line") from None
+    except (ValueError, RecursionError) as err:  # an integer of thousands of digits, nesting past the stack
+        raise ConfigError(f"line {line}: not a trace record ({type(err).__name__})", source=source,
+                          key="line") from None
     if not isinstance(record, dict):
         raise ConfigError(f"line {line}: not a JSON object", source=source, key="line")
     stamp = record.get("timestamp")
@@ -69,16 +73,43 @@ def read_trace(path: str | Path, block_tokens: int) -> list[TraceRequest]:
     """Every request of the trace at `path`, in timestamp order (stable); ConfigError for a missing or
     oversized file or any malformed line."""
     source = str(path)
+    if isinstance(block_tokens, bool) or not isinstance(block_tokens, int) or block_tokens < 1:
+        raise ConfigError(f"must be an integer >= 1, got {block_tokens!r}", source=source, key="block_tokens")
     try:
         if Path(path).stat().st_size > MAX_TRACE_BYTES:
             raise ConfigError(f"larger than {MAX_TRACE_BYTES:,} bytes", source=source, key="file")
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"cannot read the trace: {err}", source=source, key="file") from None
-    requests = [_request(i, source, text, block_tokens) for i, text in enumerate(lines, 1) if text.strip()]
-    if not requests:
+    numbered = [(i, _request(i, source, text, block_tokens)) for i, text in enumerate(lines, 1) if text.strip()]
+    if not numbered:
         raise ConfigError("no requests in the trace", source=source, key="file")
-    return sorted(requests, key=lambda r: r.timestamp)
+    _check_prefixes(numbered, source)
+    return sorted((r for _, r in numbered), key=lambda r: r.timestamp)
+
+
+def _check_prefixes(numbered: list[tuple[int, TraceRequest]], source: str) -> None:
+    """ConfigError naming the line where a block id at a position follows another parent than before (the
+    format's hash ids are prefix-chained: an equal id at an equal position means an equal prefix)."""
+    parent: dict[tuple[int, int], int] = {}
+    for line, request in numbered:
+        for j, block in enumerate(request.hash_ids):
+            before = request.hash_ids[j - 1] if j else -1
+            if parent.setdefault((j, block), before) != before:
+                raise ConfigError(f"line {line}: hash id {block} at block {j} follows {before}, earlier "
+                                  f"{parent[(j, block)]}: not prefix-chained", source=source, key="hash_ids")
+
+
+def check_requests(requests: Sequence[TraceRequest], block_tokens: int) -> None:
+    """What `read_trace` checks, for requests built directly: ConfigError for none, hash ids that do not match
+    `block_tokens`, or a trace that is not prefix-consistent (lines numbered from 1 in the given order)."""
+    if not requests:
+        raise ConfigError("no requests in the trace", source="requests", key="file")
+    for line, r in enumerate(requests, 1):
+        if len(r.hash_ids) != -(-r.input_length // block_tokens):
+            raise ConfigError(f"line {line}: {len(r.hash_ids)} hash ids for {r.input_length} tokens in blocks "
+                              f"of {block_tokens}", source="requests", key="hash_ids")
+    _check_prefixes(list(enumerate(requests, 1)), "requests")
 
 
 def prompt_of(request: TraceRequest, block_tokens: int) -> NDArray[np.int64]:

@@ -45,9 +45,9 @@ def test_after_the_device_hit_the_tiers_serve_what_they_hold_and_what_pays() -> 
 
 def test_a_replay_reports_what_the_tiers_served() -> None:
     trace = [request(0, 1, 2, 3), request(1, 4, 5, 6), request(2, 1, 2, 3)]
-    device_only = replay(trace, ReplayConfig(block_tokens=BLOCK, capacity_tokens=3 * BLOCK))
+    device_only = replay(trace, ReplayConfig(block_tokens=BLOCK, capacity_tokens=4 * BLOCK))
     assert device_only.hits == (0, 0, 0) and device_only.tiers is None  # the device forgot 1, 2, 3
-    tiered = replay(trace, ReplayConfig(block_tokens=BLOCK, capacity_tokens=3 * BLOCK, host_tokens=6 * BLOCK))
+    tiered = replay(trace, ReplayConfig(block_tokens=BLOCK, capacity_tokens=4 * BLOCK, host_tokens=6 * BLOCK))
     assert tiered.hits == (0, 0, 0) and tiered.tiers is not None
     assert tiered.tiers.tokens == {"host": 3 * BLOCK} and tiered.tiers.decisions["load"] == 1
     assert tiered.tokens_recomputed == device_only.tokens_recomputed - 3 * BLOCK

@@ -46,6 +46,8 @@ class EvictionPolicy(Protocol):
         ...
 
     def clone(self) -> EvictionPolicy:
+        """An independent copy (a policy that reads the block table also defines `rebind(blocks)`: the
+        index's clone hands it the cloned table)."""
         ...
 
 
