@@ -360,10 +360,13 @@ class CacheManager:
         return views.tables(self.core, self._request(rid, "tables"))
 
     @_locked
-    def block_keys(self, rid: int, first: int = 0) -> NDArray[np.uint64]:
-        """A copy of the request's block keys from block `first` on: (blocks, 2) uint64, one per complete block
-        of its verified tokens (what a tier names the block's records by; docs/tiers.md)."""
-        return self._request(rid, "block_keys").keys[max(0, int(first)):].copy()
+    def block_keys(self, rid: int, first: int = 0, count: int | None = None) -> NDArray[np.uint64]:
+        """A copy of the request's block keys from block `first` on (`count` of them at most; None: all):
+        (blocks, 2) uint64, one per complete block of its verified tokens (what a tier names the block's
+        records by; docs/tiers.md)."""
+        start = max(0, int(first))
+        stop = None if count is None else start + max(0, int(count))
+        return self._request(rid, "block_keys").keys[start:stop].copy()
 
     @_locked
     def retained_boundaries(self, rid: int, start: int, end: int) -> list[int]:

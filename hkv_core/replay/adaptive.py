@@ -161,13 +161,10 @@ class AdaptivePolicy:
     def chunks(self) -> Iterator[Blocks]:
         yield self.order()
 
-    def rebind(self, blocks: BlockTable) -> None:
-        """Read keys from `blocks` (a cloned index's table) from now on."""
-        self.keys = blocks.key
-
-    def clone(self) -> AdaptivePolicy:
+    def clone(self, blocks: BlockTable) -> AdaptivePolicy:
         twin = AdaptivePolicy.__new__(AdaptivePolicy)
         for name, value in vars(self).items():
             setattr(twin, name, value.copy() if isinstance(value, np.ndarray | dict) and name != "keys"
                     else value.clone() if isinstance(value, Shadows) else value)
+        twin.keys = blocks.key  # the cloned index's key column, not this one's
         return twin

@@ -16,6 +16,8 @@ from collections.abc import Iterator
 import numpy as np
 from numpy.typing import NDArray
 
+from hkv_core.manager.index.blocks import BlockTable
+
 Blocks = NDArray[np.int32]
 NEVER = np.iinfo(np.int64).max  # the next use of a block no later request needs
 
@@ -52,7 +54,7 @@ class BeladyPolicy:
     def chunks(self) -> Iterator[Blocks]:
         yield self.order()
 
-    def clone(self) -> BeladyPolicy:
+    def clone(self, blocks: BlockTable | None = None) -> BeladyPolicy:
         twin = BeladyPolicy.__new__(BeladyPolicy)
         twin.live, twin.next_use, twin.seq = self.live.copy(), self.next_use.copy(), self.seq.copy()
         twin.clock = self.clock

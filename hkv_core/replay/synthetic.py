@@ -21,7 +21,7 @@ import numpy as np
 
 from hkv_core.replay.trace import TraceRequest
 
-__all__ = ["SessionTraceConfig", "session_trace", "write_trace"]
+__all__ = ["FreshIds", "SessionTraceConfig", "session_trace", "write_trace"]
 
 
 @attrs.frozen(kw_only=True)
@@ -41,8 +41,8 @@ class SessionTraceConfig:
     mean_output_tokens: float = 250.0
 
 
-class _Ids:
-    """Fresh block ids, one counter for the whole trace."""
+class FreshIds:
+    """Fresh block (hash) ids, one counter for a whole trace: every new block gets the next integer."""
 
     def __init__(self) -> None:
         self.next = 0
@@ -53,7 +53,8 @@ class _Ids:
         return out
 
 
-def _request(stamp_s: float, chain: list[int], tokens: int, output: int, ids: _Ids, block: int) -> TraceRequest:
+def _request(stamp_s: float, chain: list[int], tokens: int, output: int, ids: FreshIds,
+             block: int) -> TraceRequest:
     """A request whose prompt is the first `tokens` tokens of `chain` (grown with fresh ids as needed)."""
     full = tokens // block
     if full > len(chain):
@@ -65,7 +66,7 @@ def _request(stamp_s: float, chain: list[int], tokens: int, output: int, ids: _I
 
 def session_trace(config: SessionTraceConfig, seed: int = 0) -> list[TraceRequest]:
     """The requests of one trace of `config`'s shape, in timestamp order (equal seeds give equal traces)."""
-    rng, ids, block = np.random.default_rng(seed), _Ids(), config.block_tokens
+    rng, ids, block = np.random.default_rng(seed), FreshIds(), config.block_tokens
     weights = 1.0 / np.arange(1, config.system_prompts + 1)
     systems = [ids.take(int(rng.integers(*config.system_blocks, endpoint=True))) for _ in weights]
 

@@ -74,6 +74,11 @@ class RecordHeader:
     payload_bytes: int
     payload_checksum: bytes
 
+    @property
+    def record_bytes(self) -> int:
+        """Bytes the whole record takes: the header, then the payload padded to ALIGN_BYTES."""
+        return HEADER_BYTES + padded(self.payload_bytes)
+
     def __attrs_post_init__(self) -> None:
         assert len(self.layout_fingerprint) == 32, self.layout_fingerprint
         assert 0 <= self.token_start <= self.token_end and self.payload_bytes >= 0

@@ -30,6 +30,7 @@ import attrs
 import numpy as np
 
 from hkv_core.errors import InvalidArgument
+from hkv_core.replay.synthetic import FreshIds
 from hkv_exec_ref.tiny_v4.numerics import I64
 
 SESSION_KINDS = ("chat", "agent")
@@ -93,23 +94,11 @@ class TraceRecord:
                    session=int(doc.get("session", -1)), kind=str(doc.get("kind", "")))
 
 
-class _Ids:
-    """Fresh hash ids: every new block (given its prefix) gets the next integer."""
-
-    def __init__(self) -> None:
-        self.next = 0
-
-    def take(self, n: int) -> list[int]:
-        out = list(range(self.next, self.next + n))
-        self.next += n
-        return out
-
-
 def _between(rng: np.random.Generator, bounds: tuple[int, int]) -> int:
     return int(rng.integers(bounds[0], bounds[1] + 1))
 
 
-def _session(rng: np.random.Generator, cfg: WorkloadConfig, ids: _Ids, systems: list[list[int]],
+def _session(rng: np.random.Generator, cfg: WorkloadConfig, ids: FreshIds, systems: list[list[int]],
              agent_system: list[int], number: int, start_ms: float) -> list[TraceRecord]:
     """Every turn of one session: its context grows by whole blocks, the last one partly used."""
     kind = SESSION_KINDS[int(rng.random() < cfg.agent_share)]
@@ -132,7 +121,7 @@ def _session(rng: np.random.Generator, cfg: WorkloadConfig, ids: _Ids, systems: 
 def generate_trace(cfg: WorkloadConfig) -> list[TraceRecord]:
     """The workload: sessions until `requests` turns exist, then every turn by timestamp, cut."""
     rng = np.random.default_rng(cfg.seed)
-    ids = _Ids()
+    ids = FreshIds()
     systems = [ids.take(_between(rng, cfg.system_blocks)) for _ in range(cfg.chat_system_prompts)]
     agent_system = ids.take(cfg.agent_system_blocks)
     records: list[TraceRecord] = []

@@ -122,11 +122,15 @@ class TierLink:
         lo, end = span_io.token_range(self.layout, kind, hi - self.block, hi)
         return Wanted(kind, key, lo, end, self._bytes(kind, hi))
 
+    def _lo(self, want: Wanted) -> int:
+        """Where span_io reads and writes a record from: its block's start, or (a point) its window's."""
+        return want.hi - self.block if want.kind == span_io.BLOCK else want.lo
+
     def touch_request(self, manager: CacheManager, rid: int) -> None:
         """A request ends: its records, device hit included, become the most recent, deepest first (so its
         head ends most recent: a tier drops a prefix's tail before its head)."""
         computed = manager.request_tokens(rid)[0]
-        keys = manager.block_keys(rid)[:computed // self.block]
+        keys = manager.block_keys(rid, 0, computed // self.block)
         self.cache.touch([record_name(key, kind) for key in keys for kind in self.kinds])
 
     def plan(self, manager: CacheManager, rid: int, device_tokens: int, prompt_tokens: int) -> TierPlan:
@@ -176,8 +180,7 @@ class TierLink:
             if found is None or w.hi > end or (w.kind == span_io.POINT and w.hi not in plan.retained | {end}):
                 continue
             tier, payload, seconds = found
-            lo = w.hi - self.block if w.kind == span_io.BLOCK else w.lo
-            writes.append(span_io.Load(kind=w.kind, lo=lo, hi=w.hi, payload=payload, last=w.hi == end))
+            writes.append(span_io.Load(kind=w.kind, lo=self._lo(w), hi=w.hi, payload=payload, last=w.hi == end))
             self.cost.tiers[tier].observe(len(payload), seconds)
             out[tier] += self.block if w.kind == span_io.BLOCK else 0
         span_io.load_all(executor, self.layout, self.pools, alloc, writes, self.cache.loader)
@@ -204,7 +207,7 @@ class TierLink:
         manager keeps a resume point there."""
         if hi % self.block or not hi:
             return
-        keys = manager.block_keys(rid, hi // self.block - 1)
+        keys = manager.block_keys(rid, hi // self.block - 1, 1)  # one key: a step must not copy the prompt's
         if not len(keys):
             return
         began = time.perf_counter()
@@ -215,10 +218,8 @@ class TierLink:
             if self.cache.where(want.name) is not None:
                 self.cache.touch([want.name])
                 continue
-            lo = hi - self.block if kind == span_io.BLOCK else want.lo
-            nbytes = span_io.payload_bytes(self.layout, self.pools, kind, lo, hi)
-            self.cache.store(kind, keys[0], want.lo, want.hi, nbytes, functools.partial(
-                span_io.export, executor, self.layout, self.pools, kind, alloc, lo, hi))
+            self.cache.store(kind, keys[0], want.lo, want.hi, want.nbytes, functools.partial(
+                span_io.export, executor, self.layout, self.pools, kind, alloc, self._lo(want), hi))
         self.cache.counts["store_us"] += int((time.perf_counter() - began) * 1e6)
 
 

@@ -34,7 +34,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hkv_core.errors import RecordCorrupt, TierError, TierFull
-from hkv_core.tiers.record import ALIGN_BYTES, HEADER_BYTES, RecordHeader, checksum, pack_header, padded, unpack_header
+from hkv_core.tiers.record import ALIGN_BYTES, HEADER_BYTES, RecordHeader, checksum, pack_header, unpack_header
 
 TIER = "disk"
 Buffer = bytes | memoryview | NDArray[np.uint8]  # what records are written from
@@ -128,7 +128,7 @@ class DiskStore:
         free = self.budget - self.used_bytes
         sizes = []
         for name, header, data in records:
-            sizes.append(HEADER_BYTES + padded(header.payload_bytes))
+            sizes.append(header.record_bytes)
             assert len(data) in (header.payload_bytes, sizes[-1]), (name, len(data))
             free += self.sizes.get(name, 0)
             if sizes[-1] > free:
@@ -171,7 +171,7 @@ class DiskStore:
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         if self.faults.take("enospc_write"):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        size, packed = HEADER_BYTES + padded(header.payload_bytes), pack_header(header)
+        size, packed = header.record_bytes, pack_header(header)
         image = np.frombuffer(data, np.uint8)
         is_image = len(image) == size
         with self._scratch_lock:

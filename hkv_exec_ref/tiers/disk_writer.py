@@ -16,7 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import attrs
 import numpy as np
 
-from hkv_core.tiers.record import HEADER_BYTES, UNSUMMED, RecordHeader, checksum, padded
+from hkv_core.tiers.record import HEADER_BYTES, UNSUMMED, RecordHeader, checksum
 from hkv_exec_ref.tiers.disk_store import Buffer, DiskStore
 
 Record = tuple[str, RecordHeader, Buffer]  # name, header, the payload or the record's whole image
@@ -24,7 +24,7 @@ Record = tuple[str, RecordHeader, Buffer]  # name, header, the payload or the re
 
 def record_bytes(records: list[Record]) -> int:
     """Bytes a batch takes on disk (headers and padding included)."""
-    return sum(HEADER_BYTES + padded(header.payload_bytes) for _, header, _ in records)
+    return sum(header.record_bytes for _, header, _ in records)
 
 
 class DiskWriter:

@@ -18,12 +18,15 @@ one entry per live block, chains kept whole).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
 from hkv_core.manager.limits import MAX_QUEUE_CHUNK_ENTRIES, QUEUE_CHUNK_ENTRIES, queue_entries
+
+if TYPE_CHECKING:
+    from hkv_core.manager.index.blocks import BlockTable
 
 Blocks = NDArray[np.int32]
 
@@ -45,9 +48,9 @@ class EvictionPolicy(Protocol):
         """Live blocks in eviction order, a chunk at a time (chunks grow)."""
         ...
 
-    def clone(self) -> EvictionPolicy:
-        """An independent copy (a policy that reads the block table also defines `rebind(blocks)`: the
-        index's clone hands it the cloned table)."""
+    def clone(self, blocks: BlockTable) -> EvictionPolicy:
+        """An independent copy, for an index whose block table is `blocks` (a policy that reads the table
+        reads that one from then on)."""
         ...
 
 
@@ -107,7 +110,7 @@ class LruPolicy:
         self.pos[keep] = np.arange(len(keep), dtype=np.int32)
         self.head, self.length = 0, len(keep)
 
-    def clone(self) -> LruPolicy:
+    def clone(self, blocks: BlockTable | None = None) -> LruPolicy:
         twin = LruPolicy.__new__(LruPolicy)
         twin.queue, twin.pos = self.queue.copy(), self.pos.copy()
         twin.head, twin.length = self.head, self.length

@@ -164,10 +164,7 @@ class PrefixIndex:
         self.points.clone_into(twin.points, objects)
         twin.points.blocks = twin.blocks
         twin.keys = self.keys.clone(twin.blocks)
-        twin.policy = self.policy.clone()
-        rebind = getattr(twin.policy, "rebind", None)  # a policy reading the block table reads the twin's
-        if rebind is not None:
-            rebind(twin.blocks)
+        twin.policy = self.policy.clone(twin.blocks)
         twin.requests, twin.log = requests, None if self.log is None else self.log.clone()
         twin.hint = self.hint
         return twin
