@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["AdmissionRejected", "CacheBusy", "ConfigError", "HkvError", "IllegalTransition", "InvalidArgument",
-           "InvalidRequestArgument", "InvalidRequestState", "InvalidTokens", "InvariantViolation", "MetadataTooLarge",
-           "MissingDependency", "OutOfPages", "RecordCorrupt", "SpecError", "StaleLease", "TierError", "TierFull",
-           "UnitError", "UnknownPlan", "UnknownPool", "UnknownRequest", "shown"]
+__all__ = ["AdmissionRejected", "CacheBusy", "ConfigError", "GraphAddressChanged", "HkvError", "IllegalTransition",
+           "InvalidArgument", "InvalidRequestArgument", "InvalidRequestState", "InvalidTokens", "InvariantViolation",
+           "MetadataTooLarge", "MissingDependency", "NoDevice", "OutOfPages", "RecordCorrupt", "SpecError", "StaleLease",
+           "TierError", "TierFull", "UnitError", "UnknownPlan", "UnknownPool", "UnknownRequest", "shown"]
 
 SHOWN_CHARS = 80  # an argument's value is shown in a message up to this many characters of its repr
 
@@ -258,6 +258,25 @@ class MissingDependency(HkvError, ImportError):
                          package=package, extra=extra, action=action)
         self.package, self.extra, self.action = package, extra, action
         self.name = package  # ImportError's attribute: the module that could not be imported
+
+
+class NoDevice(HkvError):
+    """CuPy is installed but no CUDA device can be used (``reason``: what the CUDA runtime said)."""
+
+    def __init__(self, *, reason: str) -> None:
+        super().__init__(f"no usable CUDA device: {reason}; the NumPy stand-in (numpy_backend()) runs without one",
+                         reason=reason)
+        self.reason = reason
+
+
+class GraphAddressChanged(HkvError):
+    """A captured CUDA Graph would read an address that moved or a buffer it was not captured over (``graph``,
+    ``what``, ``captured`` and ``found``): refused, never silently re-captured (docs/cuda_executor.md)."""
+
+    def __init__(self, *, graph: str, what: str, captured: object, found: object) -> None:
+        super().__init__(f"graph {graph!r}: {what} was captured as {captured!r}, found {found!r}; capture a new "
+                         "graph instead", graph=graph, what=what, captured=captured, found=found)
+        self.graph, self.what, self.captured, self.found = graph, what, captured, found
 
 
 class TierError(HkvError):

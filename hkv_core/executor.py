@@ -36,9 +36,10 @@ import attrs
 from numpy.typing import ArrayLike, NDArray
 
 from hkv_core.layout import PoolSpec
-from hkv_core.plan import Completion, Plan
+from hkv_core.plan import Completion, CopyPages, LoadRecord, Op, Plan, StoreRecord
+from hkv_core.units import NULL_PAGE
 
-__all__ = ["Executor", "PlanAuthority", "PoolBinding", "Run", "TrustingAuthority"]
+__all__ = ["Executor", "PlanAuthority", "PoolBinding", "Run", "TrustingAuthority", "check_op"]
 
 Run = tuple[int, int, int]  # (page, first entry, stop entry): one contiguous piece of a page
 
@@ -106,3 +107,20 @@ class Executor(Protocol):
         """Copy `src` (layers, n, *entry_shape), in order, into entries [first, stop) of each run's page (never
         the NULL page)."""
         ...
+
+
+def check_op(op: Op, shapes: dict[str, tuple[int, ...]], records: dict[str, tuple[str, int]]) -> None:
+    """Assert `op` is well formed for pools of `shapes`; `records` are the host records as they will be when it
+    runs (a StoreRecord adds its record).  Every executor checks a whole plan this way before running any of it."""
+    assert op.pool in shapes, f"unknown pool {op.pool!r} in {op!r}"
+    pages, entries = shapes[op.pool][0], shapes[op.pool][2]
+    touched = (op.src, op.dst) if isinstance(op, CopyPages) else op.pages
+    assert all(0 <= p < pages for p in touched), f"page out of range in {op!r}"
+    if isinstance(op, CopyPages):
+        assert op.dst != NULL_PAGE and op.src != op.dst, f"bad copy {op!r}"
+        assert 0 <= op.entries <= entries, f"bad entry count in {op!r}"
+    if isinstance(op, StoreRecord):
+        records[op.record] = (op.pool, len(op.pages))
+    if isinstance(op, LoadRecord):
+        found = records.get(op.record)
+        assert found == (op.pool, len(op.pages)), f"no record {op.record!r} of {len(op.pages)} {op.pool} pages"

@@ -16,11 +16,11 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from hkv_core.errors import MissingDependency, UnknownPool
-from hkv_core.executor import PlanAuthority, PoolBinding, Run
+from hkv_core.executor import PlanAuthority, PoolBinding, Run, check_op
 from hkv_core.plan import Checksum, Completion, CopyPages, FillPages, LoadRecord, Op, Plan, StoreRecord, page_digest
 from hkv_core.units import NULL_PAGE
 
-__all__ = ["NUMPY_DTYPES", "HostRecord", "RefExecutor", "Tally"]
+__all__ = ["NUMPY_DTYPES", "HostRecord", "RefExecutor", "Tally", "pages_moved"]
 
 # bf16 has no NumPy dtype: its bytes are kept as uint16 (the executor only moves bytes).
 NUMPY_DTYPES: dict[str, type[np.generic]] = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16}
@@ -81,15 +81,16 @@ class RefExecutor:
         """Check every op (names, pages), have the authority verify the versions at launch, then run in order."""
         assert self._authority is not None, "bind before run"
         records = {name: (r.pool, r.pages.shape[0]) for name, r in self.host.items()}
+        shapes = {name: array.shape for name, array in self.pools.items()}
         for op in plan.ops:
-            self._check_op(op, records)
+            check_op(op, shapes, records)
         self._authority.verify(plan)
         digests, moved, copied = [], 0, 0
         for op in plan.ops:
             result = _RUNNERS[type(op)](self, op)
             if isinstance(op, Checksum):
                 digests.append(result)
-            moved += _pages_moved(op)
+            moved += pages_moved(op)
             copied += op.entries if isinstance(op, CopyPages) else 0
         self.tally.plans += 1
         self.tally.ops += len(plan.ops)
@@ -97,21 +98,6 @@ class RefExecutor:
         self.tally.entries_copied += copied
         assert self._addresses == self.addresses(), "a pool moved: pools are static"
         return Completion(digests=tuple(digests), ops_run=len(plan.ops), pages_moved=moved, entries_copied=copied)
-
-    def _check_op(self, op: Op, records: dict[str, tuple[str, int]]) -> None:
-        """Assert `op` is well formed; `records` are the host records as they will be when it runs."""
-        assert op.pool in self.pools, f"unknown pool {op.pool!r} in {op!r}"
-        pages = self.pools[op.pool].shape[0]
-        touched = (op.src, op.dst) if isinstance(op, CopyPages) else op.pages
-        assert all(0 <= p < pages for p in touched), f"page out of range in {op!r}"
-        if isinstance(op, CopyPages):
-            assert op.dst != NULL_PAGE and op.src != op.dst, f"bad copy {op!r}"
-            assert 0 <= op.entries <= self.pools[op.pool].shape[2], f"bad entry count in {op!r}"
-        if isinstance(op, StoreRecord):
-            records[op.record] = (op.pool, len(op.pages))
-        if isinstance(op, LoadRecord):
-            found = records.get(op.record)
-            assert found == (op.pool, len(op.pages)), f"no record {op.record!r} of {len(op.pages)} {op.pool} pages"
 
     def _copy(self, op: CopyPages) -> None:
         pool = self.pools[op.pool]
@@ -208,7 +194,7 @@ class RefExecutor:
             self.tally.entries_written += at
 
 
-def _pages_moved(op: Op) -> int:
+def pages_moved(op: Op) -> int:
     """Pages whose bytes an op moves (a copy of 0 entries moves none; a checksum only reads)."""
     return 0 if isinstance(op, Checksum) else (int(op.entries > 0) if isinstance(op, CopyPages) else len(op.pages))
 

@@ -1,0 +1,292 @@
+"""CudaExecutor: the executor protocol over device arrays (CuPy), checked against the NumPy reference.
+
+Every pool is one device array allocated at `bind`, at the alignment its pool
+spec asks for, and never reallocated: base addresses are fixed for the
+executor's life, so CUDA Graphs captured over them stay valid (F9).  A plan is
+checked, verified by the manager at launch (StaleLease, nothing run), and its
+ops are queued on the executor's stream; `launch` returns a `PendingPlan`
+whose CUDA event says when it is done and whose `wait()` gives the Completion
+the engine hands to `CacheManager.complete`.  `run` is launch + wait.
+
+Host records (StoreRecord / LoadRecord) live in pinned host memory; host arrays
+the executor did not pin go through one pinned staging buffer.  The host-side
+logic runs unchanged on `numpy_backend()`, which CI uses (docs/cuda_executor.md).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from hkv_core.errors import UnknownPool
+from hkv_core.executor import PlanAuthority, PoolBinding, Run, check_op
+from hkv_core.plan import Checksum, Completion, CopyPages, FillPages, LoadRecord, Plan, StoreRecord, page_digest
+from hkv_core.units import NULL_PAGE
+from hkv_exec_cuda.backend import Backend, Event, cupy_backend
+from hkv_exec_cuda.pinned import PinnedArrays
+from hkv_exec_ref.executor import NUMPY_DTYPES, Tally, pages_moved
+
+__all__ = ["DEFAULT_STAGING_BYTES", "CudaExecutor", "PendingPlan"]
+
+DEFAULT_STAGING_BYTES = 64 << 20  # one pinned staging buffer; larger host copies go in pieces of this size
+
+
+@attrs.define
+class PendingPlan:
+    """A launched plan: `done()` asks its event, `wait()` blocks and returns the Completion (once)."""
+
+    plan_id: int
+    event: Event
+    finish: Callable[[], Completion]
+    keep: list[Any]  # device temporaries and host buffers the queued copies still use
+    _completion: Completion | None = None
+
+    def done(self) -> bool:
+        return self._completion is not None or self.event.done()
+
+    def wait(self) -> Completion:
+        if self._completion is None:
+            self.event.synchronize()
+            self._completion = self.finish()
+            self.keep.clear()
+        return self._completion
+
+
+class CudaExecutor:
+    """Executor protocol over `backend.xp` arrays (CuPy on a GPU; NumPy with `numpy_backend()`)."""
+
+    def __init__(self, backend: Backend | None = None, *, staging_bytes: int = DEFAULT_STAGING_BYTES) -> None:
+        self.backend: Backend = backend if backend is not None else cupy_backend()
+        self.xp: Any = self.backend.xp
+        self.pools: dict[str, Any] = {}
+        self.bindings: dict[str, PoolBinding] = {}
+        self.host: dict[str, tuple[str, NDArray[Any]]] = {}  # record -> (pool, pinned pages)
+        self.tally = Tally()
+        self.stream = self.backend.stream()
+        self.pinned = PinnedArrays(self.backend, staging_bytes)
+        self._lock = threading.RLock()  # one launch, read, write or row copy at a time
+        self._authority: PlanAuthority | None = None
+        self._addresses: dict[str, int] = {}
+
+    # -- bind -----------------------------------------------------------------------------
+
+    def bind(self, pools: Sequence[PoolBinding], authority: PlanAuthority) -> dict[str, int]:
+        """Allocate every pool once (zeroed, base a multiple of its `alignment_bytes`); the base addresses."""
+        assert not self.pools, "pools are static: bind once"
+        assert len({p.name for p in pools}) == len(pools), "pool names are unique"
+        for binding in pools:
+            dtype = np.dtype(NUMPY_DTYPES[binding.spec.dtype])
+            nbytes = int(np.prod(binding.shape, dtype=np.int64)) * dtype.itemsize
+            raw = self.backend.empty_aligned(nbytes, binding.spec.alignment_bytes)
+            raw[...] = 0
+            self.pools[binding.name] = raw.view(dtype).reshape(binding.shape)
+            self.bindings[binding.name] = binding
+            base = self.backend.address(self.pools[binding.name])
+            assert base % binding.spec.alignment_bytes == 0, (binding.name, base)
+        self._authority = authority
+        self._addresses = self.addresses()
+        return dict(self._addresses)
+
+    def addresses(self) -> dict[str, int]:
+        """Base address of every pool's buffer right now (equal to what `bind` returned)."""
+        return {name: self.backend.address(array) for name, array in self.pools.items()}
+
+    # -- plans ----------------------------------------------------------------------------
+
+    def launch(self, plan: Plan) -> PendingPlan:
+        """Check the plan, have the authority verify it (StaleLease: nothing queued), queue its ops."""
+        assert self._authority is not None, "bind before launch"
+        with self._lock:
+            records = {name: (pool, pages.shape[0]) for name, (pool, pages) in self.host.items()}
+            shapes = {name: tuple(array.shape) for name, array in self.pools.items()}
+            for op in plan.ops:
+                check_op(op, shapes, records)
+            self._authority.verify(plan)
+            keep: list[Any] = []
+            sums: list[NDArray[Any]] = []
+            with self.stream:
+                for op in plan.ops:
+                    out = _RUNNERS[type(op)](self, op, keep)
+                    if isinstance(op, Checksum):
+                        sums.append(out)
+            event = self.backend.record(self.stream)
+            moved = sum(pages_moved(op) for op in plan.ops)
+            copied = sum(op.entries for op in plan.ops if isinstance(op, CopyPages))
+            self.tally.plans += 1
+            self.tally.ops += len(plan.ops)
+            self.tally.pages_moved += moved
+            self.tally.entries_copied += copied
+        assert self._addresses == self.addresses(), "a pool moved: pools are static"
+
+        def finish() -> Completion:
+            digests = tuple(tuple(page_digest(page.tobytes()) for page in pages) for pages in sums)
+            for pages in sums:
+                self.pinned.release(pages)
+            return Completion(digests=digests, ops_run=len(plan.ops), pages_moved=moved, entries_copied=copied)
+
+        return PendingPlan(plan_id=plan.plan_id, event=event, finish=finish, keep=keep)
+
+    def run(self, plan: Plan) -> Completion:
+        """Launch the plan and wait for it: the Completion to hand to `CacheManager.complete`."""
+        return self.launch(plan).wait()
+
+    def _index(self, pages: Sequence[int]) -> Any:
+        return self.xp.asarray(np.asarray(pages, np.int64))
+
+    def _copy(self, op: CopyPages, keep: list[Any]) -> None:
+        pool = self.pools[op.pool]
+        pool[op.dst, :, : op.entries] = pool[op.src, :, : op.entries]
+
+    def _fill(self, op: FillPages, keep: list[Any]) -> None:
+        pool = self.pools[op.pool]
+        pool.view(self.xp.uint8)[self._index(op.pages)] = op.value
+
+    def _to_pinned(self, pool: str, pages: Sequence[int], keep: list[Any]) -> NDArray[Any]:
+        """Queue a copy of whole pages into a new pinned host array; the array (filled once the event fires)."""
+        gathered = self.pools[pool][self._index(pages)]
+        host = self.pinned.empty(tuple(gathered.shape), gathered.dtype)
+        self.backend.to_host(gathered, host, self.stream)
+        keep.append(gathered)
+        return host
+
+    def _checksum(self, op: Checksum, keep: list[Any]) -> NDArray[Any]:
+        return self._to_pinned(op.pool, op.pages, keep)
+
+    def _store(self, op: StoreRecord, keep: list[Any]) -> None:
+        old = self.host.get(op.record)
+        self.host[op.record] = (op.pool, self._to_pinned(op.pool, op.pages, keep))
+        if old is not None:
+            keep.append(old[1])  # the replaced record's buffer may still feed a queued load
+            self.pinned.release(old[1])
+
+    def _load(self, op: LoadRecord, keep: list[Any]) -> None:
+        host = self.host[op.record][1]
+        staged = self.xp.empty(host.shape, host.dtype)
+        self.backend.to_device(host, staged, self.stream)
+        self.pools[op.pool][self._index(op.pages)] = staged
+        keep.extend((staged, host))
+
+    # -- zero-copy views ------------------------------------------------------------------
+
+    def _pool(self, pool: str, action: str) -> Any:
+        """The pool's device array; UnknownPool (listing the bound pools) for any other name."""
+        if not isinstance(pool, str) or pool not in self.pools:
+            raise UnknownPool(pool=pool, known=tuple(self.pools), action=action)
+        return self.pools[pool]
+
+    def as_array(self, pool: str) -> Any:
+        """The pool's own device array (a CuPy array; a NumPy array on the stand-in): no copy, writable."""
+        return self._pool(pool, "as_array")
+
+    # -- read / write ---------------------------------------------------------------------
+
+    def read(self, pool: str, pages: ArrayLike) -> NDArray[Any]:
+        """Host copies of whole pages: (n, layers, entries_per_page, *entry_shape)."""
+        array = self._pool(pool, "read")
+        ids = np.asarray(pages, np.int64).ravel()
+        assert np.all((ids >= 0) & (ids < array.shape[0])), f"{pool}: page out of range in {ids}"
+        with self._lock, self.stream:
+            gathered = array[self._index(ids)]
+            out = np.empty(gathered.shape, gathered.dtype)
+            self.backend.to_host(gathered, out, self.stream)
+            self.stream.synchronize()
+            self.tally.entries_read += ids.size * array.shape[2]
+        return out
+
+    def write(self, pool: str, slots: ArrayLike, values: Any) -> None:
+        """Entry `values[i]` (every layer) into flat slot `slots[i]`; never the NULL page.  `values` is a host
+        array or a device array (the model's output on the GPU)."""
+        array = self._pool(pool, "write")
+        per_page = array.shape[2]
+        flat = np.asarray(slots, np.int64).ravel()
+        assert tuple(values.shape) == (flat.size, array.shape[1], *array.shape[3:]), (pool, values.shape)
+        pages, offsets = flat // per_page, flat % per_page
+        assert np.all((pages > NULL_PAGE) & (pages < array.shape[0])), f"{pool}: bad slots {flat}"
+        assert np.unique(flat).size == flat.size, f"{pool}: a slot written twice in one call"
+        with self._lock, self.stream:
+            data = self.xp.asarray(values, dtype=array.dtype)
+            array[self._index(pages), :, self._index(offsets)] = data
+            self.stream.synchronize()
+            self.tally.entries_written += flat.size
+
+    # -- row runs (tiers) -----------------------------------------------------------------
+
+    def _run_index(self, array: Any, runs: Sequence[Run], *, writing: bool) -> tuple[Any, Any, int]:
+        """Device index arrays (page of each entry, entry in its page) of `runs`, and their count."""
+        lowest = NULL_PAGE + 1 if writing else 0
+        for page, first, stop in runs:
+            assert lowest <= page < array.shape[0] and 0 <= first <= stop <= array.shape[2], (page, first, stop)
+        pages = np.concatenate([np.full(stop - first, page, np.int64) for page, first, stop in runs] or [[]])
+        entries = np.concatenate([np.arange(first, stop, dtype=np.int64) for _, first, stop in runs] or [[]])
+        return self._index(pages.astype(np.int64)), self._index(entries.astype(np.int64)), int(pages.size)
+
+    def export_rows(self, pool: str, runs: Sequence[Run], out: NDArray[Any]) -> None:
+        """Entries [first, stop) of each run's page, in order, into host `out` (layers, n, *entry_shape)."""
+        array = self._pool(pool, "export_rows")
+        with self._lock, self.stream:
+            pages, entries, n = self._run_index(array, runs, writing=False)
+            assert out.shape == (array.shape[1], n, *array.shape[3:]), (pool, out.shape, n)
+            rows = self.xp.ascontiguousarray(array[pages, :, entries].swapaxes(0, 1))
+            self._host_copy(rows, out, to_device=False)
+            self.tally.entries_read += n
+
+    def import_rows(self, pool: str, runs: Sequence[Run], src: NDArray[Any]) -> None:
+        """Host `src` (layers, n, *entry_shape), in order, into entries [first, stop) of each run's page."""
+        array = self._pool(pool, "import_rows")
+        with self._lock, self.stream:
+            pages, entries, n = self._run_index(array, runs, writing=True)
+            assert src.shape == (array.shape[1], n, *array.shape[3:]), (pool, src.shape, n)
+            rows = self.xp.empty(src.shape, array.dtype)
+            self._host_copy(rows, src, to_device=True)
+            array[pages, :, entries] = rows.swapaxes(0, 1)
+            self.stream.synchronize()
+            self.tally.entries_written += n
+
+    def _host_copy(self, device: Any, host: NDArray[Any], *, to_device: bool) -> None:
+        """Copy between a contiguous device array and a host array of one shape: directly when `host` is pinned
+        by this executor, else through the staging buffer in pieces along axis 1; returns once the copy is done."""
+        if self.pinned.holds(host):
+            (self.backend.to_device(host, device, self.stream) if to_device
+             else self.backend.to_host(device, host, self.stream))
+            self.stream.synchronize()
+            return
+        with self.pinned.staging_lock:
+            for piece in _pieces(host.shape, host.itemsize, self.pinned.staging.size):
+                shape = (*(len(range(*sl.indices(n))) for sl, n in zip(piece, host.shape, strict=False)),
+                         *host.shape[2:])
+                stage = self.pinned.staging_view(int(np.prod(shape)) * host.itemsize, host.dtype, shape)
+                if to_device:
+                    np.copyto(stage, host[piece])
+                    part = self.xp.empty(stage.shape, device.dtype)
+                    self.backend.to_device(stage, part, self.stream)
+                    device[piece] = part
+                    self.stream.synchronize()
+                else:
+                    self.backend.to_host(self.xp.ascontiguousarray(device[piece]), stage, self.stream)
+                    self.stream.synchronize()
+                    np.copyto(host[piece], stage)
+
+
+def _pieces(shape: tuple[int, ...], itemsize: int, limit: int) -> list[tuple[slice, slice]]:
+    """(layers, columns) slices of an array shaped (layers, n, *entry) whose pieces fit `limit` bytes: whole
+    layers when a layer fits, else column runs of one layer (an entry of one layer must fit)."""
+    layers, n = shape[0], shape[1]
+    entry = int(np.prod(shape[2:], dtype=np.int64)) * itemsize
+    assert entry <= limit, f"one entry of {entry} bytes exceeds the {limit}-byte staging buffer"
+    if n * entry <= limit:
+        step = max(1, limit // max(1, n * entry))
+        return [(slice(lo, min(layers, lo + step)), slice(0, n)) for lo in range(0, layers, step)]
+    step = limit // entry
+    return [(slice(layer, layer + 1), slice(lo, min(n, lo + step))) for layer in range(layers)
+            for lo in range(0, n, step)]
+
+
+_RUNNERS: dict[type, Callable[[CudaExecutor, Any, list[Any]], Any]] = {
+    CopyPages: CudaExecutor._copy, FillPages: CudaExecutor._fill, Checksum: CudaExecutor._checksum,
+    StoreRecord: CudaExecutor._store, LoadRecord: CudaExecutor._load,
+}
