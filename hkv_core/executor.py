@@ -13,10 +13,14 @@ manager: it depends on layout, plan and errors, never on the manager.
   on a stream or a disk worker, is fine: the manager keeps the pages of an
   issued plan pinned until `complete`).  The caller hands the completion back
   with `CacheManager.complete(plan.plan_id, completion)`.
-- `read(pool, pages)`: copies of whole pages, shape
+- `read(pool, pages)`: host copies of whole pages, shape
   `(n, layers, entries_per_page, *entry_shape)`.
+- `entries(pool, slots, layer)`: copies of the entries at flat slots of one layer,
+  `(n, *entry_shape)`, as arrays of the executor's array module `xp` (NumPy for the
+  reference, CuPy on a GPU): how a model reads its resume state without leaving the device.
 - `write(pool, slots, values)`: one entry per flat slot
-  `page * entries_per_page + offset`, values shaped `(n, layers, *entry_shape)`.
+  `page * entries_per_page + offset`, values shaped `(n, layers, *entry_shape)`
+  (host arrays, or arrays of `xp`).
 - `export_rows(pool, runs, out)` / `import_rows(pool, runs, src)`: the tiers'
   offload and reload: runs `(page, first, stop)` of entries, copied in order
   to or from a host array shaped `(layers, n, *entry_shape)` (n the runs'
@@ -91,8 +95,15 @@ class Executor(Protocol):
         """Verify the plan through the authority (StaleLease, nothing run), then run the ops in order."""
         ...
 
+    xp: Any  # the array module of the pools and of what `entries` returns (numpy, cupy)
+
     def read(self, pool: str, pages: ArrayLike) -> NDArray[Any]:
-        """Copies of whole pages: (n, layers, entries_per_page, *entry_shape)."""
+        """Host copies of whole pages: (n, layers, entries_per_page, *entry_shape)."""
+        ...
+
+    def entries(self, pool: str, slots: ArrayLike, layer: int) -> Any:
+        """Copies of the entries at flat slots `page * entries_per_page + offset` of one layer: (n, *entry_shape),
+        an array of `xp`."""
         ...
 
     def write(self, pool: str, slots: ArrayLike, values: ArrayLike) -> None:

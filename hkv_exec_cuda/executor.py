@@ -23,7 +23,7 @@ import attrs
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from hkv_core.errors import UnknownPool
+from hkv_core.errors import MissingDependency, NoDevice, UnknownPool
 from hkv_core.executor import PlanAuthority, PoolBinding, Run, check_op
 from hkv_core.plan import Checksum, Completion, CopyPages, FillPages, LoadRecord, Plan, StoreRecord, page_digest
 from hkv_core.units import NULL_PAGE
@@ -180,8 +180,29 @@ class CudaExecutor:
         return self.pools[pool]
 
     def as_array(self, pool: str) -> Any:
-        """The pool's own device array (a CuPy array; a NumPy array on the stand-in): no copy, writable."""
+        """The pool's own device array (a CuPy array; a NumPy array on the stand-in): no copy, writable.
+
+        Shape `PoolBinding.shape`; a bf16 pool is its raw bits as uint16; page 0 (NULL) must stay untouched."""
         return self._pool(pool, "as_array")
+
+    def as_cupy(self, pool: str) -> Any:
+        """The pool's own CuPy array (zero-copy); NoDevice when this executor runs on the NumPy stand-in."""
+        array = self._pool(pool, "as_cupy")
+        if self.backend.name != "cupy":
+            raise NoDevice(reason=f"as_cupy({pool!r}): this executor runs on the {self.backend.name} stand-in")
+        return array
+
+    def as_torch(self, pool: str) -> Any:
+        """The pool as a `torch.Tensor` sharing its memory through DLPack (a CUDA tensor on the GPU, a CPU tensor
+        on the stand-in; bf16 pools as torch.bfloat16).  MissingDependency names the torch extra when absent."""
+        array = self._pool(pool, "as_torch")
+        try:
+            import torch  # type: ignore[import-not-found, unused-ignore]  # optional: the torch extra
+        except ImportError as err:
+            raise MissingDependency(package="torch", extra="torch", action="as_torch") from err
+        if self.bindings[pool].spec.dtype == "bf16":
+            return torch.from_dlpack(array.view(self.xp.int16)).view(torch.bfloat16)
+        return torch.from_dlpack(array)
 
     # -- read / write ---------------------------------------------------------------------
 
@@ -196,6 +217,18 @@ class CudaExecutor:
             self.backend.to_host(gathered, out, self.stream)
             self.stream.synchronize()
             self.tally.entries_read += ids.size * array.shape[2]
+        return out
+
+    def entries(self, pool: str, slots: ArrayLike, layer: int) -> Any:
+        """Device copies of the entries at flat slots `slots` of layer `layer`: (n, *entry_shape)."""
+        array = self._pool(pool, "entries")
+        flat = np.asarray(slots, np.int64).ravel()
+        pages, offsets = flat // array.shape[2], flat % array.shape[2]
+        assert np.all((pages >= 0) & (pages < array.shape[0])) and 0 <= layer < array.shape[1], (pool, flat, layer)
+        with self._lock, self.stream:
+            out = array[self._index(pages), layer, self._index(offsets)]
+            self.stream.synchronize()  # the model computes on the current stream, not this one
+            self.tally.entries_read += flat.size
         return out
 
     def write(self, pool: str, slots: ArrayLike, values: Any) -> None:

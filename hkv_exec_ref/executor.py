@@ -49,6 +49,8 @@ class Tally:
 class RefExecutor:
     """Executor protocol over NumPy arrays; see hkv_core.executor for the contract."""
 
+    xp: Any = np  # the array module of the pools
+
     def __init__(self) -> None:
         self.pools: dict[str, NDArray[Any]] = {}
         self.bindings: dict[str, PoolBinding] = {}
@@ -157,6 +159,17 @@ class RefExecutor:
         assert np.all((ids >= 0) & (ids < array.shape[0])), f"{pool}: page out of range in {ids}"
         self.tally.entries_read += ids.size * array.shape[2]
         return array[ids].copy()
+
+    def entries(self, pool: str, slots: ArrayLike, layer: int) -> NDArray[Any]:
+        """Copies of the entries at flat slots `slots` of layer `layer`: (n, *entry_shape)."""
+        array = self._pool(pool, "entries")
+        flat = np.asarray(slots, np.int64).ravel()
+        pages, offsets = flat // array.shape[2], flat % array.shape[2]
+        assert np.all((pages >= 0) & (pages < array.shape[0])) and 0 <= layer < array.shape[1], (pool, flat, layer)
+        with self._tally_lock:
+            self.tally.entries_read += flat.size
+        out: NDArray[Any] = array[pages, layer, offsets]
+        return out
 
     def write(self, pool: str, slots: ArrayLike, values: ArrayLike) -> None:
         """Entry `values[i]` (every layer) into flat slot `slots[i]`; never the NULL page."""

@@ -30,6 +30,7 @@ from numpy.typing import ArrayLike
 
 from hkv_core.block_keys import checked_tokens
 from hkv_core.errors import InvalidArgument, InvalidTokens
+from hkv_core.executor import Executor
 from hkv_core.layout import Layout, load_preset_config
 from hkv_core.manager import Allocation, CacheManager, Hit, ManagerConfig
 from hkv_core.manager.admit import as_token_array
@@ -42,7 +43,7 @@ from hkv_exec_ref.executor import RefExecutor
 from hkv_exec_ref.tiers.cache_dir import stored_key_seed
 from hkv_exec_ref.tiers.disk_store import DiskFaults
 from hkv_exec_ref.tiny_v4 import Config, Fault, ModelState, TinyV4, state_problems
-from hkv_exec_ref.tiny_v4.numerics import F32, I64
+from hkv_exec_ref.tiny_v4.numerics import F32, I64, to_host
 
 TINY_PRESET = "tiny_v4"
 TINY_DEFAULTS: dict[str, Any] = {"default_pool_pages": 512, "retain_every_blocks": 2}
@@ -72,7 +73,7 @@ class EngineStats:
 class Engine:
     """Serves requests on `model` through `manager` and `executor` (bound here)."""
 
-    def __init__(self, model: TinyV4, manager: CacheManager, executor: RefExecutor, *,
+    def __init__(self, model: TinyV4, manager: CacheManager, executor: Executor, *,
                  faults: Fault = Fault.NONE, check_states: bool = False, tiers: TierOptions | None = None) -> None:
         self.model, self.manager, self.executor = model, manager, executor
         self.config: Config = model.config
@@ -92,8 +93,12 @@ class Engine:
     def tiny(cls, seed: int = 0, *, faults: Fault = Fault.NONE, check_states: bool = False,
              disk_dir: str | Path | None = None, host_bytes: int = 0, disk_bytes: int = DEFAULT_DISK_BYTES,
              load_policy: str = "cost", compute_flops_per_s: float | None = None,
-             disk_faults: DiskFaults | None = None, loads_in_flight: int = 4, **limits: Any) -> Engine:
+             disk_faults: DiskFaults | None = None, loads_in_flight: int = 4, executor: Executor | None = None,
+             **limits: Any) -> Engine:
         """The tiny_v4 layout, a RefExecutor, a CacheManager(ManagerConfig(**limits)) and TinyV4(seed).
+
+        `executor`: another executor to serve through (an unbound hkv_exec_cuda.CudaExecutor: the model then
+        computes in its array module, on the GPU with CuPy; docs/cuda_executor.md).
 
         With `disk_dir` and / or `host_bytes`, block spans are also kept in a host arena of `host_bytes` and a
         disk tier of `disk_bytes` in `disk_dir` (docs/tiers.md); reopening the same directory after `close()`
@@ -101,7 +106,8 @@ class Engine:
         ("cost", "load", "recompute") decides loads at a hit; `compute_flops_per_s` fixes the compute rate the
         cost model otherwise measures; `disk_faults` injects disk faults (tests)."""
         layout = Layout.from_preset(TINY_PRESET)
-        model = TinyV4(Config.from_hf_config(load_preset_config(TINY_PRESET), seed=seed))
+        executor = executor if executor is not None else RefExecutor()
+        model = TinyV4(Config.from_hf_config(load_preset_config(TINY_PRESET), seed=seed), xp=executor.xp)
         stored = stored_key_seed(disk_dir)
         config = ManagerConfig(**{"key_seed": seed if stored is None else stored, **TINY_DEFAULTS, **limits})
         tiers = None
@@ -109,7 +115,7 @@ class Engine:
             tiers = TierOptions(directory=disk_dir, host_bytes=host_bytes, disk_bytes=disk_bytes, policy=load_policy,
                                 compute_flops_per_s=compute_flops_per_s, faults=disk_faults,
                                 loads_in_flight=loads_in_flight)
-        return cls(model, CacheManager(layout, config), RefExecutor(), faults=faults, check_states=check_states,
+        return cls(model, CacheManager(layout, config), executor, faults=faults, check_states=check_states,
                    tiers=tiers)
 
     def close(self) -> None:
@@ -180,7 +186,7 @@ class Engine:
             if i + 1 < max_new_tokens:
                 logits, state = self.model.forward(tokens[-1:], state)
         ids = np.array(tokens, np.int64)
-        full = self.model.recompute(np.concatenate([prompt, ids[:-1]]) if max_new_tokens else prompt)
+        full = to_host(self.model.recompute(np.concatenate([prompt, ids[:-1]]) if max_new_tokens else prompt))
         rows = full[len(prompt) - 1:][:max_new_tokens]
         assert np.array_equal(np.argmax(rows, axis=1), ids), "greedy tokens disagree with full recomputation"
         return ServeResult(tokens=ids, logits=rows, prompt_logits=full[:len(prompt)], cached_tokens=0,
@@ -191,7 +197,7 @@ class Engine:
         token the greedy choice (so a recomputing greedy run would produce exactly this result)."""
         prompt = _prompt(prompt_tokens, self.config.vocab)
         n = len(served.tokens)
-        full = self.model.recompute(np.concatenate([prompt, served.tokens[:-1]]) if n else prompt)
+        full = to_host(self.model.recompute(np.concatenate([prompt, served.tokens[:-1]]) if n else prompt))
         rows = full[len(prompt) - 1:][:n]
         return bool(np.array_equal(rows, served.logits) and np.array_equal(np.argmax(rows, axis=1), served.tokens)
                     and np.array_equal(full[served.cached_tokens:len(prompt)], served.prompt_logits))
@@ -290,7 +296,7 @@ class Engine:
         logits, extended = self.model.forward_full(chunk, self._state_at(alloc, p), faults=self._faults(p))
         state_io.write_draft(self.executor, self.routes, alloc, extended, self.config)
         self.stats.forward_passes += 1
-        return logits
+        return to_host(logits)
 
     def _chunk(self, rid: int, tokens: I64) -> F32:
         """allocate -> copies -> forward in sub-chunks (state from the pools each time) -> commit."""
@@ -343,7 +349,7 @@ class Engine:
         if self.tiers is not None:
             self.tiers.observe_compute(p, new.prefix_tokens, time.perf_counter() - began)
             self.tiers.store(self.manager, self.executor, alloc.request_id, alloc, new.prefix_tokens)
-        return logits
+        return to_host(logits)
 
     def _count(self, prompt_tokens: int, hit: Hit, max_new_tokens: int, by_tier: dict[str, int],
                decision: LoadDecision | None) -> None:

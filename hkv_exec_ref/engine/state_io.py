@@ -65,22 +65,15 @@ def routes(layout: Layout, cfg: Config) -> tuple[LayerRoute, ...]:
     return tuple(out[i] for i in range(cfg.n_layers))
 
 
-def _gather(executor: Executor, pool: str, pages: NDArray[np.int64], offsets: NDArray[np.int64],
-            slot: int) -> NDArray[Any]:
-    """Entry `offsets[i]` of page `pages[i]`, layer `slot`: (n, *entry_shape)."""
-    assert not np.any(pages == NULL_PAGE), f"{pool}: state read from the NULL page"
-    unique, back = np.unique(pages, return_inverse=True)
-    data = executor.read(pool, unique)
-    return data[back.ravel(), slot, offsets] if pages.size else data[:0, slot, 0]
-
-
 def _read_rows(executor: Executor, spec: PoolSpec, table: NDArray[np.int32], first: int, stop: int,
                slot: int) -> NDArray[np.float32]:
-    """Rows / entries [first, stop) of a block-table pool (window or prefix)."""
+    """Rows / entries [first, stop) of a block-table pool (window or prefix), in the executor's array module."""
     index = np.arange(first, stop, dtype=np.int64)
     per_page = spec.entries_per_page
     pages = table.astype(np.int64)[index // per_page]
-    return np.asarray(_gather(executor, spec.name, pages, index % per_page, slot), np.float32)
+    assert not np.any(pages == NULL_PAGE), f"{spec.name}: state read from the NULL page"
+    rows: NDArray[np.float32] = executor.entries(spec.name, pages * per_page + index % per_page, slot)
+    return rows.astype(np.float32, copy=False)
 
 
 def _read_tail(executor: Executor, spec: PoolSpec, page: int, p: int, route: LayerRoute,
@@ -89,7 +82,9 @@ def _read_tail(executor: Executor, spec: PoolSpec, page: int, p: int, route: Lay
     start = tail_start(p, layer_spec.ratio, layer_spec.overlap)
     rows = p - start
     assert rows <= spec.entries_per_page, f"{spec.name}: {rows} tail rows do not fit a page"
-    data = np.asarray(executor.read(spec.name, [page])[0, route.slot, :rows], np.float32)
+    assert page != NULL_PAGE, f"{spec.name}: tail read from the NULL page"
+    slots = page * spec.entries_per_page + np.arange(rows, dtype=np.int64)
+    data = executor.entries(spec.name, slots, route.slot).astype(np.float32, copy=False)
     return TailRows(start=start, a=data[:, A_PART].copy(), z=data[:, Z_PART].copy())
 
 
@@ -100,8 +95,8 @@ def read_layer(executor: Executor, route: LayerRoute, alloc: Allocation, p: int,
     window = route.pools["window"]
     w0 = window_start(p, cfg.window_tokens)
     rows = _read_rows(executor, window, alloc.block_tables[window.name], w0, p, route.slot) if p > w0 else None
-    fields["window"] = rows if rows is not None else np.zeros((0, cfg.head_dim), np.float32)
-    fields["entries"] = np.zeros((0, cfg.head_dim), np.float32)
+    fields["window"] = rows if rows is not None else executor.xp.zeros((0, cfg.head_dim), np.float32)
+    fields["entries"] = executor.xp.zeros((0, cfg.head_dim), np.float32)
     for name in ("entries", "index_keys"):
         if name in route.pools:
             spec = route.pools[name]

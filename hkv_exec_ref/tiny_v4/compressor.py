@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from hkv_exec_ref.tiny_v4.config import LayerSpec
-from hkv_exec_ref.tiny_v4.numerics import F32, I64, RopeTable, exp32, proj, rms_norm, seq_sum
+from hkv_exec_ref.tiny_v4.numerics import F32, I64, RopeTable, exp32, proj, rms_norm, seq_sum, xp_of
 from hkv_exec_ref.tiny_v4.state import TailRows
 from hkv_exec_ref.tiny_v4.weights import CompressorWeights
 
@@ -21,7 +21,7 @@ def compressor_rows(h: F32, positions: I64, cw: CompressorWeights) -> tuple[F32,
     ratio = cw.bias.shape[0]
     assert h.shape[0] == positions.shape[0] and ratio > 0, (h.shape, positions.shape)
     a = proj(h, cw.w_kv)
-    z = proj(h, cw.w_gate) + cw.bias[positions % ratio]
+    z = proj(h, cw.w_gate) + cw.bias[xp_of(cw.bias).asarray(positions % ratio)]
     return a, z
 
 
@@ -75,6 +75,6 @@ def advance(
         finish_entry(pool_block(rows, j, spec, d), j, spec.ratio, cw.norm, rope, eps)
         for j in blocks
     ]
-    new = np.stack(entries) if entries else np.zeros((0, d), dtype=np.float32)
+    new = np.stack(entries) if entries else xp_of(h).zeros((0, d), dtype=np.float32)
     assert new.dtype == np.float32, new.dtype
     return rows, new

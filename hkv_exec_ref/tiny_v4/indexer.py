@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hkv_exec_ref.tiny_v4.numerics import F32, I64, RopeTable, proj
+from hkv_exec_ref.tiny_v4.numerics import F32, I64, RopeTable, proj, xp_of
 from hkv_exec_ref.tiny_v4.weights import IndexerWeights
 
 
@@ -34,10 +34,13 @@ def index_scores(q_index: F32, weights: F32, keys: F32) -> F32:
 
 
 def select_entries(q_index: F32, weights: F32, keys: F32, topk: int) -> I64:
-    """Indices of the top-min(k, visible) keys, ties to the lower index, ascending."""
+    """Indices of the top-min(k, visible) keys, ties to the lower index, ascending.
+
+    A stable sort of -score (+ 0.0, so that -0.0 and 0.0 are one key on every backend) keeps equal scores in
+    index order."""
     visible = keys.shape[0]
     scores = index_scores(q_index, weights, keys)
-    order = np.lexsort((np.arange(visible), -scores))
+    order = xp_of(scores).argsort(-scores + np.float32(0.0), kind="stable")
     chosen = np.sort(order[: min(topk, visible)]).astype(np.int64)
     assert chosen.shape[0] == min(topk, visible)
     return chosen

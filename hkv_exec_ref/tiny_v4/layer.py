@@ -24,7 +24,7 @@ from hkv_exec_ref.tiny_v4.attention import (
 from hkv_exec_ref.tiny_v4.compressor import advance
 from hkv_exec_ref.tiny_v4.config import Config, LayerSpec
 from hkv_exec_ref.tiny_v4.indexer import index_queries
-from hkv_exec_ref.tiny_v4.numerics import F32, I64, RopeTable, proj, rms_norm
+from hkv_exec_ref.tiny_v4.numerics import F32, I64, RopeTable, proj, rms_norm, xp_of
 from hkv_exec_ref.tiny_v4.state import LayerState
 from hkv_exec_ref.tiny_v4.weights import LayerWeights
 
@@ -93,7 +93,8 @@ def _queries(
     for i, t in enumerate(positions.tolist()):
         chosen = compressed_set(t, ctx.spec.ratio, index_views[i])
         window = window_rows(t, ctx.cfg.window_tokens, state.window, state.window_start)
-        outs.append(attend(q[i], np.concatenate([window, state.entries[chosen]]), ctx.weights.sink))
+        picked = state.entries[xp_of(state.entries).asarray(chosen)]
+        outs.append(attend(q[i], np.concatenate([window, picked]), ctx.weights.sink))
         _record(probe, ctx, t, chosen)
     assert len(outs) == positions.shape[0]
     return np.stack(outs)

@@ -10,6 +10,7 @@ saved state are bit-identical (np.array_equal) to `recompute` of the whole seque
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 import numpy as np
@@ -18,7 +19,7 @@ from hkv_exec_ref.tiny_v4.attention import Probe
 from hkv_exec_ref.tiny_v4.config import Config
 from hkv_exec_ref.tiny_v4.faults import Fault, active_faults, apply_faults
 from hkv_exec_ref.tiny_v4.layer import LayerContext, layer_forward
-from hkv_exec_ref.tiny_v4.numerics import F32, I64, RopeTable, proj, rms_norm
+from hkv_exec_ref.tiny_v4.numerics import F32, I64, RopeTable, arrays_on, proj, rms_norm, xp_of
 from hkv_exec_ref.tiny_v4.state import ModelState
 from hkv_exec_ref.tiny_v4.weights import Weights, init_weights
 
@@ -37,9 +38,11 @@ class Generation:
 class TinyV4:
     """A seeded tiny V4 (default: SWA, CSA r=4 with indexer, HCA r=8) with explicit state."""
 
-    def __init__(self, config: Config | None = None, weights: Weights | None = None) -> None:
+    def __init__(self, config: Config | None = None, weights: Weights | None = None, *, xp: Any = np) -> None:
+        """`xp`: the array module the model computes in (NumPy; CuPy runs it on a GPU, docs/cuda_executor.md)."""
         self.config = config if config is not None else Config()
-        self.weights = weights if weights is not None else init_weights(self.config)
+        self.xp = xp
+        self.weights = arrays_on(weights if weights is not None else init_weights(self.config), xp)
         cfg = self.config
         assert len(self.weights.layers) == cfg.n_layers, "weights do not match config"
         self.layers = tuple(
@@ -49,18 +52,23 @@ class TinyV4:
                 spec=spec,
                 weights=self.weights.layers[i],
                 rope=RopeTable(
-                    dims=cfg.rope_dims, base=spec.rope_base, max_positions=cfg.max_positions
+                    dims=cfg.rope_dims, base=spec.rope_base, max_positions=cfg.max_positions, xp=xp
                 ),
                 index_rope=RopeTable(
-                    dims=cfg.index_rope_dims, base=spec.rope_base, max_positions=cfg.max_positions
+                    dims=cfg.index_rope_dims, base=spec.rope_base, max_positions=cfg.max_positions, xp=xp
                 ),
             )
             for i, spec in enumerate(cfg.layer_specs())
         )
 
     def empty_state(self) -> ModelState:
-        """The resume state at P = 0."""
-        return ModelState.empty(self.config)
+        """The resume state at P = 0 (arrays of the model's array module)."""
+        state: ModelState = arrays_on(ModelState.empty(self.config), self.xp)
+        return state
+
+    def on(self, xp: Any) -> TinyV4:
+        """The same model (config and weights) computing in array module `xp` (CuPy: on the current GPU)."""
+        return TinyV4(self.config, self.weights, xp=xp)
 
     def forward(
         self,
@@ -129,7 +137,7 @@ class TinyV4:
         state = apply_faults(state, faults | active_faults())
         start = state.prefix_tokens
         positions = np.arange(start, start + ids.shape[0], dtype=np.int64)
-        x = self.weights.embed[ids]
+        x = self.weights.embed[xp_of(self.weights.embed).asarray(ids)]
         layers = []
         for ctx, layer_state in zip(self.layers, state.layers, strict=True):
             x, extended = layer_forward(ctx, x, positions, layer_state, probe)

@@ -7,10 +7,20 @@ one row is the same whether that row is computed alone or inside a batch of any 
 `tests/e2e/test_tiny_v4_exact.py` checks this claim directly. `np.exp` is only ever
 called through `exp32`, on arrays whose shape is fixed by the position being computed
 (one block, one query), never on a batch-shaped array.
+
+The same functions run on a GPU when given CuPy arrays (hkv_exec_cuda; docs/cuda_executor.md):
+`xp_of` picks the array module from the arrays themselves (CuPy is never imported here), NumPy
+functions dispatch to CuPy through its `__array_function__` / `__array_ufunc__`, and arrays are
+only ever created with the module of the arrays at hand.  There the running sum is an explicit
+loop of element-wise adds (`seq_sum_loop`), the same sequence of roundings as NumPy's.
 """
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
+import attrs
 import numpy as np
 from numpy.typing import NDArray
 
@@ -20,6 +30,39 @@ ONE = np.float32(1.0)
 PROJ_ROWS_MAX = 256  # rows per temporary product in `proj` (memory bound only)
 
 
+def xp_of(*arrays: Any) -> Any:
+    """The array module of `arrays`: CuPy when any is a CuPy array (CuPy already imported by its user), else NumPy."""
+    cupy = sys.modules.get("cupy")
+    return np if cupy is None else cupy.get_array_module(*arrays)
+
+
+def to_host(array: Any) -> Any:
+    """A NumPy copy of a CuPy array; a NumPy array as it is."""
+    return array.get() if xp_of(array) is not np else array
+
+
+def arrays_on(tree: Any, xp: Any) -> Any:
+    """`tree` (attrs records, tuples, arrays) with every NumPy array moved to array module `xp` (a copy of the
+    structure; NumPy to NumPy returns the same arrays)."""
+    if isinstance(tree, np.ndarray):
+        return xp.asarray(tree)
+    if isinstance(tree, tuple):
+        return tuple(arrays_on(item, xp) for item in tree)
+    if attrs.has(type(tree)):
+        return attrs.evolve(tree, **{f.alias: arrays_on(getattr(tree, f.name), xp)
+                                     for f in attrs.fields(type(tree)) if f.init})
+    return tree
+
+
+def seq_sum_loop(x: F32, axis: int) -> F32:
+    """`seq_sum` as a Python loop of element-wise adds: any array module, the same roundings in the same order."""
+    xp = xp_of(x)
+    out: F32 = xp.take(x, 0, axis=axis).astype(np.float32)
+    for i in range(1, x.shape[axis]):
+        out = out + xp.take(x, i, axis=axis)
+    return out
+
+
 def seq_sum(x: F32, axis: int) -> F32:
     """Sum along `axis` in index order: ((x0 + x1) + x2) + ... (never pairwise or SIMD-split).
 
@@ -27,6 +70,8 @@ def seq_sum(x: F32, axis: int) -> F32:
     element is the strictly sequential sum, done in C.
     """
     assert x.dtype == np.float32 and x.shape[axis] >= 1, (x.dtype, x.shape, axis)
+    if xp_of(x) is not np:
+        return seq_sum_loop(x, axis)
     running = np.add.accumulate(x, axis=axis, dtype=np.float32)
     out: F32 = np.take(running, -1, axis=axis)
     return out
@@ -44,7 +89,7 @@ def proj(x: F32, w: F32) -> F32:
         seq_sum(x[lo : lo + PROJ_ROWS_MAX, :, None] * w[None, :, :], axis=1)
         for lo in range(0, x.shape[0], PROJ_ROWS_MAX)
     ]
-    out: F32 = np.concatenate(slabs) if slabs else np.zeros((0, w.shape[1]), np.float32)
+    out: F32 = np.concatenate(slabs) if slabs else xp_of(w).zeros((0, w.shape[1]), np.float32)
     return out
 
 
@@ -70,13 +115,13 @@ class RopeTable:
     Rotation pairs the two halves of the rope part (the LAST `dims` dims of a vector).
     """
 
-    def __init__(self, *, dims: int, base: float, max_positions: int) -> None:
+    def __init__(self, *, dims: int, base: float, max_positions: int, xp: Any = np) -> None:
         assert dims % 2 == 0 and dims > 0, dims
         inv_freq = base ** (-np.arange(0, dims, 2, dtype=np.float64) / dims)
         angles = np.arange(max_positions, dtype=np.float64)[:, None] * inv_freq[None, :]
         self.dims = dims
-        self.cos: F32 = np.cos(angles).astype(np.float32)
-        self.sin: F32 = np.sin(angles).astype(np.float32)
+        self.cos: F32 = xp.asarray(np.cos(angles).astype(np.float32))
+        self.sin: F32 = xp.asarray(np.sin(angles).astype(np.float32))
 
     def apply(self, x: F32, positions: I64, *, inverse: bool = False) -> F32:
         """Rotate x[n, ..., -dims:] by +positions[n] (or by -positions[n] when `inverse`)."""
@@ -85,8 +130,9 @@ class RopeTable:
             "raise max_positions"
         )
         lead = (positions.shape[0],) + (1,) * (x.ndim - 2) + (self.dims // 2,)
-        cos = self.cos[positions].reshape(lead)
-        sin = self.sin[positions].reshape(lead)
+        at = xp_of(self.cos).asarray(positions)
+        cos = self.cos[at].reshape(lead)
+        sin = self.sin[at].reshape(lead)
         sin = -sin if inverse else sin
         split = x.shape[-1] - self.dims
         half = split + self.dims // 2
