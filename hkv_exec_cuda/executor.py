@@ -79,15 +79,17 @@ class CudaExecutor:
         """Allocate every pool once (zeroed, base a multiple of its `alignment_bytes`); the base addresses."""
         assert not self.pools, "pools are static: bind once"
         assert len({p.name for p in pools}) == len(pools), "pool names are unique"
-        for binding in pools:
-            dtype = np.dtype(NUMPY_DTYPES[binding.spec.dtype])
-            nbytes = int(np.prod(binding.shape, dtype=np.int64)) * dtype.itemsize
-            raw = self.backend.empty_aligned(nbytes, binding.spec.alignment_bytes)
-            raw[...] = 0
-            self.pools[binding.name] = raw.view(dtype).reshape(binding.shape)
-            self.bindings[binding.name] = binding
-            base = self.backend.address(self.pools[binding.name])
-            assert base % binding.spec.alignment_bytes == 0, (binding.name, base)
+        with self.stream:  # zeroed on the executor's own stream, done before any plan runs on it
+            for binding in pools:
+                dtype = np.dtype(NUMPY_DTYPES[binding.spec.dtype])
+                nbytes = int(np.prod(binding.shape, dtype=np.int64)) * dtype.itemsize
+                raw = self.backend.empty_aligned(nbytes, binding.spec.alignment_bytes)
+                raw[...] = 0
+                self.pools[binding.name] = raw.view(dtype).reshape(binding.shape)
+                self.bindings[binding.name] = binding
+                base = self.backend.address(self.pools[binding.name])
+                assert base % binding.spec.alignment_bytes == 0, (binding.name, base)
+            self.stream.synchronize()
         self._authority = authority
         self._addresses = self.addresses()
         return dict(self._addresses)
