@@ -11,8 +11,8 @@ from typing import Any
 
 __all__ = ["AdmissionRejected", "CacheBusy", "ConfigError", "GraphAddressChanged", "HkvError", "IllegalTransition",
            "InvalidArgument", "InvalidRequestArgument", "InvalidRequestState", "InvalidTokens", "InvariantViolation",
-           "MetadataTooLarge", "MissingDependency", "NoDevice", "OutOfPages", "RecordCorrupt", "SpecError", "StaleLease",
-           "TierError", "TierFull", "UnitError", "UnknownPlan", "UnknownPool", "UnknownRequest", "shown"]
+           "MetadataTooLarge", "MissingDependency", "NoDevice", "OutOfPages", "RecordCorrupt", "SpecError",
+           "StaleLease", "TierError", "TierFull", "UnitError", "UnknownPlan", "UnknownPool", "UnknownRequest", "shown"]
 
 SHOWN_CHARS = 80  # an argument's value is shown in a message up to this many characters of its repr
 
