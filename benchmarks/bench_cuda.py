@@ -364,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         backend = cupy_backend() if args.backend == "cupy" else numpy_backend()
     except (MissingDependency, NoDevice) as err:
-        print(f"bench_cuda: {err} (--backend numpy runs the CPU stand-in)", file=sys.stderr)
+        print(f"bench_cuda: {err}; --backend numpy runs the CPU stand-in", file=sys.stderr)
         return 2
     smoke = args.backend == "numpy" and args.pages is None and args.pool_mib is None
     pool_mib = NUMPY_POOL_MIB if smoke else args.pool_mib
