@@ -187,8 +187,11 @@ class CupyBackend:
         return int(array.data.ptr)
 
     def capture(self, stream: Any, step: Callable[[], None]) -> Any:
-        with stream:
-            step()  # warm-up outside the capture: kernels compiled and memory pools grown before recording
+        """Warm up (kernels compiled), then record `step` on `stream`.  Its temporaries come from a stream-ordered
+        pool, so the graph owns them: nothing it writes can be memory the default pool hands out later."""
+        graph_memory = self.xp.cuda.MemoryAsyncPool()
+        with self.xp.cuda.using_allocator(graph_memory.malloc), stream:
+            step()
             stream.synchronize()
             stream.begin_capture()
             try:
