@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -28,18 +28,23 @@ from numpy.typing import NDArray
 
 from hkv_core.errors import MissingDependency, NoDevice
 
-__all__ = ["Backend", "Event", "Graph", "Stream", "cupy_backend", "default_backend", "numpy_backend"]
+__all__ = ["Backend", "CupyBackend", "Event", "Graph", "NumpyBackend", "Stream", "cupy_backend", "default_backend",
+           "numpy_backend"]
 
 HOST_PAGE_BYTES = 4096  # the stand-in's "pinned" buffers are aligned like O_DIRECT buffers
 
 
 class Event(Protocol):
+    """Marks the end of the work queued on a stream before it (a CUDA event)."""
+
     def done(self) -> bool: ...
 
     def synchronize(self) -> None: ...
 
 
 class Stream(Protocol):
+    """An ordered queue of device work; `with stream:` makes it current."""
+
     def __enter__(self) -> Any: ...
 
     def __exit__(self, *exc: object) -> Any: ...
@@ -48,10 +53,14 @@ class Stream(Protocol):
 
 
 class Graph(Protocol):
+    """Captured device work, replayed by `launch`."""
+
     def launch(self, stream: Stream) -> None: ...
 
 
 class Backend(Protocol):
+    """What CudaExecutor needs from an array library (see the module's docstring)."""
+
     name: str
     xp: Any
 
@@ -237,10 +246,3 @@ def default_backend() -> Backend:
     with contextlib.suppress(MissingDependency, NoDevice):
         return cupy_backend()
     return numpy_backend()
-
-
-@contextlib.contextmanager
-def on(stream: Stream) -> Iterator[None]:
-    """Run the `xp` work of the block on `stream` (CuPy's current-stream context; nothing on the stand-in)."""
-    with stream:
-        yield

@@ -30,7 +30,7 @@ from hkv_exec_ref.tiny_v4.indexer import select_entries
 from hkv_exec_ref.tiny_v4.numerics import arrays_on, to_host
 from hkv_exec_ref.tiny_v4.state import ModelState, window_start
 
-__all__ = ["DecodeReads", "LayerQuery", "attention_from_state"]
+__all__ = ["DecodeReads", "LayerQuery", "attention_from_state", "layer_attention", "random_queries"]
 
 
 @attrs.define

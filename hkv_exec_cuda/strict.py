@@ -162,4 +162,5 @@ def installed() -> Iterator[None]:
 
 
 def strict_backend() -> StrictBackend:
+    """The strict stand-in (use inside `installed()` so the model sees its arrays as device arrays)."""
     return StrictBackend()

@@ -33,7 +33,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 API_DOC = ROOT / "docs" / "api.md"
-PACKAGES = ("hkv_core", "hkv_events", "hkv_exec_ref")  # hkv_exec_cuda: nothing public yet; hkv_cli: the command line
+PACKAGES = ("hkv_core", "hkv_events", "hkv_exec_ref", "hkv_exec_cuda")  # hkv_cli: the command line
 INTERNAL = {
     "hkv_core.arrays": "NumPy reduction helpers for the manager's hot paths",
 }

@@ -22,10 +22,10 @@ from hkv_core.errors import HkvError
 
 ROOT = Path(hkv_core.__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "gen_api_doc.py"
-ALL_PACKAGES = ("hkv_core", "hkv_events", "hkv_exec_ref", "hkv_cli")
+ALL_PACKAGES = ("hkv_core", "hkv_events", "hkv_exec_ref", "hkv_exec_cuda", "hkv_cli")
 DOCUMENTED = ("hkv_core", "hkv_core.block_keys", "hkv_core.errors", "hkv_core.events", "hkv_core.executor",
               "hkv_core.layout", "hkv_core.manager", "hkv_core.plan", "hkv_core.units", "hkv_exec_ref",
-              "hkv_exec_ref.engine", "hkv_exec_ref.executor", "hkv_events")
+              "hkv_exec_ref.engine", "hkv_exec_ref.executor", "hkv_events", "hkv_exec_cuda")
 ERRORS = ("HkvError", "SpecError", "ConfigError", "IllegalTransition", "UnitError", "InvalidTokens", "StaleLease",
           "AdmissionRejected", "OutOfPages", "UnknownRequest", "InvalidRequestState", "UnknownPlan",
           "InvariantViolation", "UnknownPool", "MissingDependency")
