@@ -10,7 +10,7 @@ must make the check fail: it proves the check can.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,9 @@ from rich.table import Table
 
 from hkv_cli.errors import FAILED, OK, output_folder, writing
 from hkv_cli.output import console, out, plain, print_json
+from hkv_core.executor import Executor
 from hkv_core.spec.validation import load_validation
+from hkv_exec_cuda import CudaExecutor, cupy_backend, numpy_backend
 from hkv_exec_ref.demo import DemoReport, WorkloadConfig, generate_trace, run_demo
 from hkv_exec_ref.demo.chart import write_chart
 from hkv_exec_ref.demo.workload import MAX_REQUESTS, MAX_SEED, write_trace
@@ -29,6 +31,19 @@ from hkv_exec_ref.engine.speculative import MAX_DRAFT_TOKENS
 from hkv_exec_ref.tiny_v4 import Fault
 
 FAULTS = {f.name.lower(): f for f in Fault if f.name and f is not Fault.NONE}
+
+
+def _cuda() -> Callable[[], Executor]:
+    backend = cupy_backend()  # checked once, up front
+    return lambda: CudaExecutor(backend)
+
+
+# --executor: name -> () -> a factory of fresh executors (one per engine; None: the RefExecutor)
+EXECUTORS: dict[str, Callable[[], Callable[[], Executor] | None]] = {
+    "ref": lambda: None,
+    "cuda": _cuda,
+    "stand-in": lambda: lambda: CudaExecutor(numpy_backend()),
+}
 TRACE_NAME = "demo_trace.jsonl"
 TIER_DIR = "tier-cache"  # --tiers: the disk tier's directory inside --out
 SHOWN = 10  # the longest list printed whole; longer ones end in an ellipsis
@@ -69,9 +84,12 @@ UNITS = {
 @click.option("--tiers", is_flag=True,
               help="Back a smaller device with a host tier and a disk tier (in OUT/tier-cache, emptied first), "
                    "restart halfway; shows tokens served per tier and the load / recompute decisions.")
+@click.option("--executor", "executor_name", type=click.Choice(sorted(EXECUTORS)), default="ref", show_default=True,
+              help="What holds the pools: ref (NumPy RefExecutor), cuda (CudaExecutor on the GPU, CuPy; the model "
+                   "computes there), stand-in (CudaExecutor on its NumPy stand-in).")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 def demo_command(requests: int, seed: int, out_dir: str, fault: str | None, draft_k: int,
-                 accept_probability: float, tiers: bool, as_json: bool) -> None:
+                 accept_probability: float, tiers: bool, executor_name: str, as_json: bool) -> None:
     """Serve a multi-turn and agentic workload on tiny V4 through the cache; check every output.
 
     Prints requests, tokens served, tokens from cache per object kind, hit
@@ -80,6 +98,7 @@ def demo_command(requests: int, seed: int, out_dir: str, fault: str | None, draf
     request (needs matplotlib: pip install 'hkv[plot]').
     """
     cfg = WorkloadConfig(requests=requests, seed=seed)
+    make_executor = EXECUTORS[executor_name]()  # NoDevice / MissingDependency (exit 2) before anything is served
     folder = output_folder("--out", Path(out_dir))
     trace = folder / TRACE_NAME
     with writing("--out", trace):  # written before serving: an unwritable folder fails at once
@@ -90,7 +109,8 @@ def demo_command(requests: int, seed: int, out_dir: str, fault: str | None, draf
         draft = DraftSpec(k=draft_k, accept_probability=accept_probability, seed=seed) if draft_k else None
         report = run_demo(cfg, fault=FAULTS[fault] if fault else Fault.NONE,
                           progress=lambda done: bar.update(task, completed=done), draft=draft,
-                          tier_dir=folder / TIER_DIR if tiers else None)
+                          tier_dir=folder / TIER_DIR if tiers else None, executor=make_executor,
+                          executor_name=executor_name)
     with writing("--out", folder):
         chart = write_chart(report, folder)
     if as_json:
@@ -111,6 +131,8 @@ def _figures(report: DemoReport) -> list[tuple[str, Any, str]]:
     share = report.cached_tokens / max(1, report.prompt_tokens)
     rows: list[tuple[str, Any, str]] = [
         ("requests", report.requests, "trace records, served in arrival order"),
+        ("executor", report.executor, "what held the pools (ref: NumPy; cuda: GPU; stand-in: the CUDA executor "
+                                      "on NumPy)"),
         ("prompt tokens", report.prompt_tokens, "sum of the requests' input lengths"),
         ("generated tokens", report.generated_tokens, "sum of the requests' output lengths"),
         ("tokens served (prompt + generated)", report.tokens_served, ""),

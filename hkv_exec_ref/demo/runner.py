@@ -12,6 +12,7 @@ from typing import Any
 
 import attrs
 
+from hkv_core.executor import Executor
 from hkv_exec_ref.demo.workload import TraceRecord, WorkloadConfig, generate_trace, prompt_tokens
 from hkv_exec_ref.engine import DraftSpec, Engine
 from hkv_exec_ref.tiny_v4 import Fault
@@ -74,6 +75,7 @@ class DemoReport:
     proposed_tokens: int = 0
     accepted_tokens: int = 0
     tiers: TierReport | None = None  # with --tiers
+    executor: str = "ref"  # what held the pools: ref (RefExecutor), or hkv_exec_cuda's backend name (--executor)
 
     @property
     def tokens_served(self) -> int:
@@ -104,30 +106,36 @@ def serve_one(engine: Engine, index: int, record: TraceRecord, cfg: WorkloadConf
 
 def run_demo(cfg: WorkloadConfig, *, fault: Fault = Fault.NONE, limits: dict[str, Any] | None = None,
              progress: Callable[[int], None] | None = None, draft: DraftSpec | None = None,
-             tier_dir: Path | None = None) -> DemoReport:
+             tier_dir: Path | None = None, executor: Callable[[], Executor] | None = None,
+             executor_name: str = "ref") -> DemoReport:
     """Serve the workload (speculatively with `draft`); `progress(i)` after each request.  With `tier_dir`
     (emptied first), host and disk tiers back a smaller device, and the engine is closed and reopened on the
-    directory halfway through: the second half starts from what the disk kept."""
+    directory halfway through: the second half starts from what the disk kept.  `executor` makes each
+    engine's executor (None: a RefExecutor), `executor_name` says which in the report."""
     trace = generate_trace(cfg)
     tiers: dict[str, Any] = {}
     if tier_dir is not None:
         shutil.rmtree(tier_dir, ignore_errors=True)
         tiers = {**TIER_LIMITS, "disk_dir": tier_dir, "host_bytes": TIER_HOST_BYTES}
     options = {**DEMO_LIMITS, **tiers, **(limits or {})}
-    engine = Engine.tiny(seed=cfg.seed, faults=fault, **options)
+
+    def open_engine() -> Engine:
+        return Engine.tiny(seed=cfg.seed, faults=fault, executor=executor() if executor else None, **options)
+
+    engine = open_engine()
     totals = TierTotals()
     began = time.perf_counter()
     rows = []
     for i, record in enumerate(trace):
         if tier_dir is not None and i == len(trace) // 2:  # a restart: device and host start empty
-            engine = totals.restart(engine, lambda: Engine.tiny(seed=cfg.seed, faults=fault, **options))
+            engine = totals.restart(engine, open_engine)
         rows.append(serve_one(engine, i, record, cfg, draft))
         if progress is not None:
             progress(i + 1)
     report = _report(engine, rows, time.perf_counter() - began, fault, draft, totals.carried)
     if tier_dir is not None:
         report = attrs.evolve(report, tiers=totals.finish(engine, str(tier_dir)))
-    return report
+    return attrs.evolve(report, executor=executor_name)
 
 
 @attrs.define

@@ -43,6 +43,31 @@ def test_demo_exits_1_when_a_fault_switch_is_on(tmp_path: Path) -> None:
     assert report["fault"] == "DROP_WINDOW_ROW" and report["mismatches"] and not report["ok"]
 
 
+def test_demo_through_the_cuda_executor_stand_in_matches(tmp_path: Path) -> None:
+    done = demo(tmp_path, "--requests", "8", "--json", "--executor", "stand-in")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["executor"] == "stand-in" and report["exact_matches"] == 8 and report["cached_tokens"] > 0
+    reference = json.loads(demo(tmp_path, "--requests", "8", "--json").stdout)
+    assert reference["executor"] == "ref"
+    assert [r["cached_tokens"] for r in report["rows"]] == [r["cached_tokens"] for r in reference["rows"]]
+
+
+def test_demo_on_a_gpu_without_one_is_a_typed_error_exit_2(tmp_path: Path) -> None:
+    from hkv_core.errors import MissingDependency, NoDevice
+    from hkv_exec_cuda import cupy_backend
+
+    try:
+        cupy_backend()
+        pytest.skip("a GPU and CuPy are here: the cuda executor would run")
+    except (MissingDependency, NoDevice):
+        pass
+    done = demo(tmp_path, "--requests", "2", "--json", "--executor", "cuda")
+    assert done.returncode == 2
+    error = json.loads(done.stdout)["error"]
+    assert error["type"] in {"MissingDependency", "NoDevice"} and not (tmp_path / "demo_trace.jsonl").exists()
+
+
 def test_demo_with_tiers_serves_from_every_tier_across_its_restart(tmp_path: Path) -> None:
     done = demo(tmp_path, "--tiers", "--json")
     assert done.returncode == 0, done.stderr
