@@ -38,9 +38,11 @@ class Generation:
 class TinyV4:
     """A seeded tiny V4 (default: SWA, CSA r=4 with indexer, HCA r=8) with explicit state."""
 
-    def __init__(self, config: Config | None = None, weights: Weights | None = None, *, xp: Any = np) -> None:
-        """`xp`: the array module the model computes in (NumPy; CuPy runs it on a GPU, docs/cuda_executor.md)."""
+    def __init__(self, config: Config | None = None, weights: Weights | None = None, *, xp: Any = None) -> None:
+        """`xp`: the array module the model computes in (None: NumPy; CuPy runs it on a GPU,
+        docs/cuda_executor.md)."""
         self.config = config if config is not None else Config()
+        xp = np if xp is None else xp
         self.xp = xp
         self.weights = arrays_on(weights if weights is not None else init_weights(self.config), xp)
         cfg = self.config
