@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,6 +11,7 @@ import attrs
 
 from hkv_core.layout.build import build_groups, build_pools
 from hkv_core.layout.config import parse_config
+from hkv_core.layout.hf_source import config_mapping
 from hkv_core.layout.kinds import ObjectKind
 from hkv_core.layout.presets import load_preset_config
 from hkv_core.layout.records import LayerGroup, PoolSpec
@@ -63,20 +65,23 @@ class Layout:
     @classmethod
     def from_hf_config(
         cls,
-        config: Mapping[str, Any],
+        config: Mapping[str, Any] | str | os.PathLike[str] | object,
         *,
         name: str,
         block_tokens: int | None = None,
         source: str | None = None,
     ) -> Layout:
-        """Build from a Hugging Face style config dict (raises ``ConfigError``).
+        """Build from a Hugging Face style config (raises ``ConfigError``): a config.json dict, the path of a
+        config.json (or its directory), or a transformers config object (``DeepseekV4Config``,
+        ``LlamaConfig``, ...: anything with ``to_dict()``; hkv_core.layout.hf_source translates its names).
 
         The config must name a supported ``model_type``; every size in it is
         bounded and checked before anything is built (``docs/models.md``).
         ``block_tokens`` overrides the config's ``hkv.block_tokens`` (default 256);
         ``source`` names the config in errors (default: ``name``).
         """
-        cfg = parse_config(config, name=name, source=source or name, block_tokens=block_tokens)
+        mapping = config_mapping(config, source or name)
+        cfg = parse_config(mapping, name=name, source=source or name, block_tokens=block_tokens)
         groups, mtp_groups = build_groups(cfg, draft=False), build_groups(cfg, draft=True)
         g = cfg.geometry
         return cls(
