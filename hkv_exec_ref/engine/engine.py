@@ -163,6 +163,7 @@ class Engine:
             tokens, logits, proposed, accepted = self._decode(rid, prompt_logits[-1], max_new_tokens, proposer)
             if self.tiers is not None:
                 self.tiers.touch_request(self.manager, rid)
+            self._served(rid, cached)
         finally:
             self.manager.release(rid)
         self._count(len(prompt), hit, max_new_tokens, by_tier, decision)
@@ -172,6 +173,10 @@ class Engine:
                            cached_by_kind=cached_by_kind(self.layout, cached), reasons=hit.codes,
                            reason_details=hit.reasons, proposed_tokens=proposed, accepted_tokens=accepted,
                            cached_by_tier=by_tier, tier_decision=decision)
+
+    def _served(self, rid: int, cached_tokens: int) -> None:
+        """Called once a request is served, before its release (HfEngine records which calls built its blocks)."""
+        return None
 
     def recompute(self, prompt_tokens: ArrayLike, max_new_tokens: int) -> ServeResult:
         """The same model with no cache: greedy tokens, then every logit from one full forward pass.

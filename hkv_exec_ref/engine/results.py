@@ -44,6 +44,7 @@ class ServeResult:
     accepted_tokens: int = 0  # of them, accepted by the target
     cached_by_tier: dict[str, int] = attrs.field(factory=lambda: dict.fromkeys(TIER_NAMES, 0))
     tier_decision: LoadDecision | None = None  # with tiers: load / recompute / split, with estimated times
+    boundaries: tuple[int, ...] = ()  # HfEngine: where every forward call that built the outputs ended
 
     def same_outputs(self, other: ServeResult) -> bool:
         """Bit-identical generated tokens and logits (np.array_equal)."""

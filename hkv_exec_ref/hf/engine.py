@@ -1,0 +1,111 @@
+"""HfEngine: a Hugging Face model served through hkv's CacheManager and executor pools (docs/hf.md).
+
+The serving loop is hkv's Engine: prefill in sub-chunks cut at the manager's retained boundaries (so a call
+ends wherever a resume point is kept), every call's state read from the pools and written back.  What differs:
+the model is HF's (`HfModel`), and exactness is checked against HF's own cache over the same call boundaries -
+HF's outputs depend on how tokens were split into calls (matrix products of different shapes round
+differently, and the CSA indexer's top-k flips on near-ties), so `generate` returns every call end that built
+its outputs (`boundaries`, those of the requests whose blocks it hit included) and `recompute(...,
+boundaries=...)` runs HF over exactly those calls.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import numpy as np
+import torch
+from numpy.typing import ArrayLike
+
+from hkv_core.errors import InvalidArgument
+from hkv_core.layout import Layout
+from hkv_core.manager import CacheManager, ManagerConfig
+from hkv_exec_ref.engine.engine import TINY_DEFAULTS, Engine, _count, _prompt
+from hkv_exec_ref.engine.results import ServeResult, cached_by_kind
+from hkv_exec_ref.executor import RefExecutor
+from hkv_exec_ref.hf.model import MODELS, HfModel, tiny_hf_model
+
+__all__ = ["HF_BLOCK_TOKENS", "HfEngine"]
+
+HF_BLOCK_TOKENS = 8  # the tiny models' block: the lcm of the ratios (4, 8)
+
+
+class HfEngine(Engine):
+    """hkv's Engine over a transformers model; `boundaries` and `recompute(..., boundaries=)` as above."""
+
+    model: HfModel
+
+    def __init__(self, model: HfModel, manager: CacheManager, executor: Any, **options: Any) -> None:
+        super().__init__(model, manager, executor, **options)  # type: ignore[arg-type]
+        self.provenance: dict[bytes, tuple[int, ...]] = {}  # block key -> the call ends inside that block
+        self._boundaries: tuple[int, ...] = ()
+
+    @classmethod
+    def tiny(cls, model: str = "deepseek_v4", seed: int = 0, *, index_topk: int = 4,  # type: ignore[override]
+             **limits: Any) -> HfEngine:
+        """A random-initialized tiny HF `model` (one of MODELS), its layout (`Layout.from_hf_config` of the model's
+        own config object), a CacheManager(ManagerConfig(**limits)) and a RefExecutor."""
+        if model not in MODELS:
+            raise InvalidArgument(action="HfEngine.tiny", argument="model", value=model,
+                                  reason=f"one of {', '.join(MODELS)}")
+        hf = tiny_hf_model(model, seed, index_topk=index_topk)
+        layout = Layout.from_hf_config(hf.config, name=f"hf_{model}", block_tokens=HF_BLOCK_TOKENS)
+        config = ManagerConfig(**{"key_seed": seed, **TINY_DEFAULTS, **limits})
+        return cls(HfModel(hf, seed), CacheManager(layout, config), RefExecutor())
+
+    def generate(self, prompt_tokens: ArrayLike, max_new_tokens: int, *, chunk_tokens: int | None = None,
+                 cache_salt: str | None = None, draft: Any = None) -> ServeResult:
+        """Engine.generate (no speculative decoding here), with `boundaries`: every call end from position 0."""
+        if draft is not None:
+            raise InvalidArgument(action="generate", argument="draft", value=draft,
+                                  reason="HfEngine does not decode speculatively")
+        self.model.calls.clear()
+        served = super().generate(prompt_tokens, max_new_tokens, chunk_tokens=chunk_tokens, cache_salt=cache_salt)
+        return attrs.evolve(served, boundaries=self._boundaries)
+
+    def _served(self, rid: int, cached_tokens: int) -> None:
+        """Record which calls built each block this request computed; `_boundaries` for its result."""
+        block = self.layout.block_tokens
+        ends = [end for _, end in self.model.calls]
+        computed_blocks = max(ends, default=0) // block
+        keys = [bytes(np.asarray(k).tobytes()) for k in self.manager.block_keys(rid, 0, computed_blocks)]
+        before: list[int] = []
+        for b in range(cached_tokens // block):
+            assert keys[b] in self.provenance, f"block {b} of the hit was not computed by this engine"
+            before += self.provenance[keys[b]]
+        for b in range(cached_tokens // block, computed_blocks):
+            self.provenance[keys[b]] = tuple(e for e in ends if b * block < e <= (b + 1) * block)
+        self._boundaries = (*before, *ends)
+
+    def recompute(self, prompt_tokens: ArrayLike, max_new_tokens: int, *,  # type: ignore[override]
+                  boundaries: tuple[int, ...] | None = None) -> ServeResult:
+        """HF's model with HF's own cache: calls ending at `boundaries` (None: the prompt in one call, then one
+        call per generated token), greedy tokens; `prompt_logits` of every prompt position."""
+        prompt = _prompt(prompt_tokens, self.config.vocab)
+        _count("recompute", "max_new_tokens", max_new_tokens, 0)
+        ends = list(boundaries) if boundaries is not None else [len(prompt)] + [
+            len(prompt) + i for i in range(1, max_new_tokens)]
+        from transformers import DynamicCache
+
+        cache, seq, pos, rows = DynamicCache(config=self.model.hf.config), list(prompt), 0, []
+        for end in ends:
+            while len(seq) < end:
+                seq.append(int(np.argmax(rows[-1][-1])))
+            with torch.no_grad():
+                ids = torch.as_tensor(seq[pos:end], dtype=torch.long)[None]
+                rows.append(self.model.hf(input_ids=ids, past_key_values=cache, use_cache=True).logits[0].numpy())
+            pos = end
+        full = np.concatenate(rows).astype(np.float32)
+        while len(seq) < len(prompt) + max_new_tokens:
+            seq.append(int(np.argmax(full[len(seq) - 1])))
+        tokens = np.array(seq[len(prompt):], np.int64)
+        return ServeResult(tokens=tokens, logits=full[len(prompt) - 1:][:max_new_tokens],
+                           prompt_logits=full[:len(prompt)], cached_tokens=0,
+                           cached_by_kind=cached_by_kind(self.layout, 0), reasons=(), boundaries=tuple(ends))
+
+    def matches_recompute(self, prompt_tokens: ArrayLike, served: ServeResult) -> bool:
+        """HF over the served calls (`served.boundaries`) gives the same tokens and logits, bit for bit."""
+        again = self.recompute(prompt_tokens, len(served.tokens), boundaries=served.boundaries)
+        return bool(np.array_equal(again.tokens, served.tokens) and np.array_equal(again.logits, served.logits)
+                    and np.array_equal(again.prompt_logits[served.cached_tokens:], served.prompt_logits))
