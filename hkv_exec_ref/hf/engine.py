@@ -78,6 +78,31 @@ class HfEngine(Engine):
             self.provenance[keys[b]] = tuple(e for e in ends if b * block < e <= (b + 1) * block)
         self._boundaries = (*before, *ends)
 
+    def hf_cache(self, tokens: ArrayLike, ends: tuple[int, ...]) -> Any:
+        """HF's own cache after its calls over `tokens` ending at `ends`."""
+        from transformers import DynamicCache
+
+        ids = torch.as_tensor(np.asarray(tokens, np.int64))[None]
+        cache, pos = DynamicCache(config=self.model.hf.config), 0
+        with torch.no_grad():
+            for end in ends:
+                self.model.hf(input_ids=ids[:, pos:end], past_key_values=cache, use_cache=True)
+                pos = end
+        return cache
+
+    def restored_cache(self, prompt_tokens: ArrayLike, *, cache_salt: str | None = None) -> tuple[int, Any]:
+        """The hit P of `prompt_tokens` now, and the HF cache hkv rebuilds at P from its pools (the request is
+        released again, nothing committed)."""
+        prompt = _prompt(prompt_tokens, self.config.vocab)
+        rid = self.manager.add_request(prompt, cache_salt=cache_salt)
+        try:
+            hit = self.manager.match(rid)
+            self.manager.acquire(rid, hit)
+            alloc = self._run_plan(self.manager.allocate(rid, len(prompt) - hit.tokens))
+            return hit.tokens, self.model.cache(self._state_at(alloc, hit.tokens))
+        finally:
+            self.manager.release(rid)
+
     def recompute(self, prompt_tokens: ArrayLike, max_new_tokens: int, *,  # type: ignore[override]
                   boundaries: tuple[int, ...] | None = None) -> ServeResult:
         """HF's model with HF's own cache: calls ending at `boundaries` (None: the prompt in one call, then one
