@@ -25,6 +25,7 @@ from hkv_core.spec.validation import load_validation
 from hkv_exec_cuda import CudaExecutor, cupy_backend, numpy_backend
 from hkv_exec_ref.demo import DemoReport, WorkloadConfig, generate_trace, run_demo
 from hkv_exec_ref.demo.chart import write_chart
+from hkv_exec_ref.demo.runner import HF_MODEL, MODELS
 from hkv_exec_ref.demo.workload import MAX_REQUESTS, MAX_SEED, write_trace
 from hkv_exec_ref.engine import DraftSpec
 from hkv_exec_ref.engine.speculative import MAX_DRAFT_TOKENS
@@ -87,9 +88,13 @@ UNITS = {
 @click.option("--executor", "executor_name", type=click.Choice(sorted(EXECUTORS)), default="ref", show_default=True,
               help="What holds the pools: ref (NumPy RefExecutor), cuda (CudaExecutor on the GPU, CuPy; the model "
                    "computes there), stand-in (CudaExecutor on its NumPy stand-in).")
+@click.option("--model", type=click.Choice(MODELS), default="tiny-v4", show_default=True,
+              help="tiny-v4: hkv's exact TinyV4; hf-deepseek-v4: a tiny random HF transformers DeepSeek-V4 "
+                   "(the hf extra), each response checked against HF over the same calls (not with --tiers, "
+                   "--draft-k, --fault or another --executor).")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 def demo_command(requests: int, seed: int, out_dir: str, fault: str | None, draft_k: int,
-                 accept_probability: float, tiers: bool, executor_name: str, as_json: bool) -> None:
+                 accept_probability: float, tiers: bool, executor_name: str, model: str, as_json: bool) -> None:
     """Serve a multi-turn and agentic workload on tiny V4 through the cache; check every output.
 
     Prints requests, tokens served, tokens from cache per object kind, hit
@@ -98,6 +103,8 @@ def demo_command(requests: int, seed: int, out_dir: str, fault: str | None, draf
     request (needs matplotlib: pip install 'hkv[plot]').
     """
     cfg = WorkloadConfig(requests=requests, seed=seed)
+    if model == HF_MODEL and (tiers or draft_k or fault or executor_name != "ref"):
+        raise click.UsageError("--model hf-deepseek-v4 runs without --tiers, --draft-k, --fault and --executor")
     make_executor = EXECUTORS[executor_name]()  # NoDevice / MissingDependency (exit 2) before anything is served
     folder = output_folder("--out", Path(out_dir))
     trace = folder / TRACE_NAME
@@ -110,7 +117,7 @@ def demo_command(requests: int, seed: int, out_dir: str, fault: str | None, draf
         report = run_demo(cfg, fault=FAULTS[fault] if fault else Fault.NONE,
                           progress=lambda done: bar.update(task, completed=done), draft=draft,
                           tier_dir=folder / TIER_DIR if tiers else None, executor=make_executor,
-                          executor_name=executor_name)
+                          executor_name=executor_name, model=model)
     with writing("--out", folder):
         chart = write_chart(report, folder)
     if as_json:
@@ -131,6 +138,8 @@ def _figures(report: DemoReport) -> list[tuple[str, Any, str]]:
     share = report.cached_tokens / max(1, report.prompt_tokens)
     rows: list[tuple[str, Any, str]] = [
         ("requests", report.requests, "trace records, served in arrival order"),
+        ("model", report.model, "what served: hkv's TinyV4, or HF transformers' DeepSeek-V4 (checked against "
+                                "HF over the same calls)"),
         ("executor", report.executor, "what held the pools (ref: NumPy; cuda: GPU; stand-in: the CUDA executor "
                                       "on NumPy)"),
         ("prompt tokens", report.prompt_tokens, "sum of the requests' input lengths"),

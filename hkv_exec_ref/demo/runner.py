@@ -18,6 +18,8 @@ from hkv_exec_ref.engine import DraftSpec, Engine
 from hkv_exec_ref.tiny_v4 import Fault
 
 # Device pools small enough that the workload's later sessions evict earlier ones.
+HF_MODEL = "hf-deepseek-v4"  # --model: transformers' DeepSeek-V4 served through HfEngine
+MODELS = ("tiny-v4", HF_MODEL)
 DEMO_LIMITS: dict[str, Any] = {"default_pool_pages": 160, "retain_every_blocks": 2}
 # With --tiers: a device and a host tier smaller still, so blocks keep moving device -> host -> disk and back.
 TIER_LIMITS: dict[str, Any] = {"default_pool_pages": 96, "retain_every_blocks": 2}
@@ -76,6 +78,7 @@ class DemoReport:
     accepted_tokens: int = 0
     tiers: TierReport | None = None  # with --tiers
     executor: str = "ref"  # what held the pools: ref (RefExecutor), or hkv_exec_cuda's backend name (--executor)
+    model: str = "tiny-v4"  # what served: hkv's TinyV4, or hf-deepseek-v4 (HF transformers' model, --model)
 
     @property
     def tokens_served(self) -> int:
@@ -107,11 +110,13 @@ def serve_one(engine: Engine, index: int, record: TraceRecord, cfg: WorkloadConf
 def run_demo(cfg: WorkloadConfig, *, fault: Fault = Fault.NONE, limits: dict[str, Any] | None = None,
              progress: Callable[[int], None] | None = None, draft: DraftSpec | None = None,
              tier_dir: Path | None = None, executor: Callable[[], Executor] | None = None,
-             executor_name: str = "ref") -> DemoReport:
+             executor_name: str = "ref", model: str = "tiny-v4") -> DemoReport:
     """Serve the workload (speculatively with `draft`); `progress(i)` after each request.  With `tier_dir`
     (emptied first), host and disk tiers back a smaller device, and the engine is closed and reopened on the
     directory halfway through: the second half starts from what the disk kept.  `executor` makes each
-    engine's executor (None: a RefExecutor), `executor_name` says which in the report."""
+    engine's executor (None: a RefExecutor), `executor_name` says which in the report.  `model`: "tiny-v4"
+    (hkv's exact TinyV4) or "hf-deepseek-v4" (transformers' DeepSeek-V4 through HfEngine, checked against HF
+    over the same calls; no tiers, drafts or other executor)."""
     trace = generate_trace(cfg)
     tiers: dict[str, Any] = {}
     if tier_dir is not None:
@@ -120,6 +125,11 @@ def run_demo(cfg: WorkloadConfig, *, fault: Fault = Fault.NONE, limits: dict[str
     options = {**DEMO_LIMITS, **tiers, **(limits or {})}
 
     def open_engine() -> Engine:
+        if model == HF_MODEL:
+            from hkv_exec_ref.hf import HfEngine
+
+            assert not tiers and draft is None and executor is None, "the HF demo runs without them"
+            return HfEngine.tiny("deepseek_v4", cfg.seed, **options)
         return Engine.tiny(seed=cfg.seed, faults=fault, executor=executor() if executor else None, **options)
 
     engine = open_engine()
@@ -135,7 +145,7 @@ def run_demo(cfg: WorkloadConfig, *, fault: Fault = Fault.NONE, limits: dict[str
     report = _report(engine, rows, time.perf_counter() - began, fault, draft, totals.carried)
     if tier_dir is not None:
         report = attrs.evolve(report, tiers=totals.finish(engine, str(tier_dir)))
-    return attrs.evolve(report, executor=executor_name)
+    return attrs.evolve(report, executor=executor_name, model=model)
 
 
 @attrs.define

@@ -53,6 +53,17 @@ def test_demo_through_the_cuda_executor_stand_in_matches(tmp_path: Path) -> None
     assert [r["cached_tokens"] for r in report["rows"]] == [r["cached_tokens"] for r in reference["rows"]]
 
 
+def test_demo_serves_hf_deepseek_v4_checked_against_hf(tmp_path: Path) -> None:
+    pytest.importorskip("transformers", reason="the hf extra (transformers, torch) is not installed")
+    done = demo(tmp_path, "--requests", "8", "--json", "--model", "hf-deepseek-v4")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["model"] == "hf-deepseek-v4" and report["exact_matches"] == 8 and report["cached_tokens"] > 0
+    assert all(n > 0 for n in report["cached_by_kind"].values()), report["cached_by_kind"]
+    refused = demo(tmp_path, "--requests", "2", "--json", "--model", "hf-deepseek-v4", "--tiers")
+    assert refused.returncode == 2 and "runs without" in json.loads(refused.stdout)["error"]["message"]
+
+
 def test_demo_on_a_gpu_without_one_is_a_typed_error_exit_2(tmp_path: Path) -> None:
     from hkv_core.errors import MissingDependency, NoDevice
     from hkv_exec_cuda import cupy_backend
