@@ -78,11 +78,12 @@ class Engine:
         self.model, self.manager, self.executor = model, manager, executor
         self.config: Config = model.config
         self.layout: Layout = manager.layout
-        self.routes = state_io.routes(self.layout, self.config)
+        self.routes = self._state_routes()
         self.addresses = executor.bind(manager.bindings(), manager)
         self.faults, self.check_states = faults, check_states
         self.closed = False
         self.max_step_tokens = self.config.window_tokens - 1
+        self.cut_every_block = False  # calls also end at every block boundary (HfEngine: a hit ends a call)
         self.stats = EngineStats()
         assert self.max_step_tokens >= 1, "a window of at least 2 rows"
         model_id = f"tiny_v4 seed {model.config.seed}"  # the weights a tier's records were computed with, and
@@ -308,7 +309,7 @@ class Engine:
         n = len(tokens)
         alloc = self._run_plan(self.manager.allocate(rid, n))
         if alloc.start_tokens == 0:
-            state_io.write_initial_tails(self.executor, self.routes, alloc, self.model.empty_state())
+            self._write_initial(alloc)
         outs = []
         for lo, hi in self._steps(alloc):
             outs.append(self._step(alloc, tokens[lo - alloc.start_tokens:hi - alloc.start_tokens], lo))
@@ -319,7 +320,7 @@ class Engine:
         """Sub-chunks of at most W - 1 tokens, cut at every snapshot boundary."""
         start, end = alloc.start_tokens, alloc.start_tokens + alloc.num_tokens
         cuts = sorted({start, end, *(b for b in alloc.snapshots if start < b < end)})
-        if self.tiers is not None:  # every block boundary: the tiers store each block's span when it ends
+        if self.tiers is not None or self.cut_every_block:  # the tiers store each block's span when it ends
             block = self.layout.block_tokens
             cuts = sorted({*cuts, *range(-(-start // block) * block, end, block)})
         steps = []
@@ -327,6 +328,20 @@ class Engine:
             steps += [(a, min(a + self.max_step_tokens, hi)) for a in range(lo, hi, self.max_step_tokens)]
         assert steps[0][0] == start and steps[-1][1] == end
         return steps
+
+    # -- where the model's state lives in the pools (TinyV4's routing; HfEngine routes K / V for full attention) --
+
+    def _state_routes(self) -> tuple[state_io.LayerRoute, ...]:
+        return state_io.routes(self.layout, self.config)
+
+    def _read_state(self, alloc: Allocation, p: int) -> Any:
+        return state_io.read_state(self.executor, self.routes, alloc, p, self.config)
+
+    def _write_state(self, alloc: Allocation, p: int, new: Any) -> None:
+        state_io.write_state(self.executor, self.routes, alloc, p, new, self.config)
+
+    def _write_initial(self, alloc: Allocation) -> None:
+        state_io.write_initial_tails(self.executor, self.routes, alloc, self.model.empty_state())
 
     def _run_plan(self, alloc: Allocation) -> Allocation:
         """Run the allocation's copy plan (if any) on the executor and complete it; the allocation."""
@@ -336,7 +351,7 @@ class Engine:
 
     def _state_at(self, alloc: Allocation, p: int) -> ModelState:
         """The model's state at P, read from the pools (and checked, with `check_states`)."""
-        state = state_io.read_state(self.executor, self.routes, alloc, p, self.config)
+        state = self._read_state(alloc, p)
         if self.check_states:
             problems = state_problems(state, self.config)
             assert not problems, f"state read from the pools at P={p}: {problems}"
@@ -349,7 +364,7 @@ class Engine:
     def _step(self, alloc: Allocation, tokens: I64, p: int) -> F32:
         began = time.perf_counter()
         logits, new = self.model.forward(tokens, self._state_at(alloc, p), faults=self._faults(p))
-        state_io.write_state(self.executor, self.routes, alloc, p, new, self.config)
+        self._write_state(alloc, p, new)
         self.stats.forward_passes += 1
         if self.tiers is not None:
             self.tiers.observe_compute(p, new.prefix_tokens, time.perf_counter() - began)

@@ -24,6 +24,8 @@ from hkv_core.manager import CacheManager, ManagerConfig
 from hkv_exec_ref.engine.engine import TINY_DEFAULTS, Engine, _count, _prompt
 from hkv_exec_ref.engine.results import ServeResult, cached_by_kind
 from hkv_exec_ref.executor import RefExecutor
+from hkv_exec_ref.hf import llama
+from hkv_exec_ref.hf.llama import LlamaModel
 from hkv_exec_ref.hf.model import MODELS, HfModel, tiny_hf_model
 
 __all__ = ["HF_BLOCK_TOKENS", "HfEngine"]
@@ -34,11 +36,12 @@ HF_BLOCK_TOKENS = 8  # the tiny models' block: the lcm of the ratios (4, 8)
 class HfEngine(Engine):
     """hkv's Engine over a transformers model; `boundaries` and `recompute(..., boundaries=)` as above."""
 
-    model: HfModel
+    model: HfModel | LlamaModel
 
     def __init__(self, model: HfModel, manager: CacheManager, executor: Any, **options: Any) -> None:
         super().__init__(model, manager, executor, **options)  # type: ignore[arg-type]
         self.provenance: dict[bytes, tuple[int, ...]] = {}  # block key -> the call ends inside that block
+        self.cut_every_block = True  # any block a later request hits ends a call
         self._boundaries: tuple[int, ...] = ()
 
     @classmethod
@@ -52,7 +55,27 @@ class HfEngine(Engine):
         hf = tiny_hf_model(model, seed, index_topk=index_topk)
         layout = Layout.from_hf_config(hf.config, name=f"hf_{model}", block_tokens=HF_BLOCK_TOKENS)
         config = ManagerConfig(**{"key_seed": seed, **TINY_DEFAULTS, **limits})
-        return cls(HfModel(hf, seed), CacheManager(layout, config), RefExecutor())
+        adapter = LlamaModel(hf, seed, HF_BLOCK_TOKENS) if model == "llama" else HfModel(hf, seed)
+        return cls(adapter, CacheManager(layout, config), RefExecutor())
+
+    # full attention (llama): K / V per token in one pool, no window or tails
+    def _state_routes(self) -> Any:
+        return () if isinstance(self.model, LlamaModel) else super()._state_routes()
+
+    def _read_state(self, alloc: Any, p: int) -> Any:
+        if isinstance(self.model, LlamaModel):
+            return llama.read_state(self.executor, self.layout, alloc, p)
+        return super()._read_state(alloc, p)
+
+    def _write_state(self, alloc: Any, p: int, new: Any) -> None:
+        if isinstance(self.model, LlamaModel):
+            llama.write_state(self.executor, self.layout, alloc, p, new)
+        else:
+            super()._write_state(alloc, p, new)
+
+    def _write_initial(self, alloc: Any) -> None:
+        if not isinstance(self.model, LlamaModel):
+            super()._write_initial(alloc)
 
     def generate(self, prompt_tokens: ArrayLike, max_new_tokens: int, *, chunk_tokens: int | None = None,
                  cache_salt: str | None = None, draft: Any = None) -> ServeResult:

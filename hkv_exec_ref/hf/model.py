@@ -36,14 +36,18 @@ def _v4_config(index_topk: int) -> Any:
 
 
 HKV_OPTIONS = {"block_tokens": 8, "alignment_bytes": 64}  # the config's hkv table: block = lcm(4, 8), small pages
-MODELS = ("deepseek_v4",)  # what HfEngine.tiny(model=...) builds
+MODELS = ("deepseek_v4", "llama")  # what HfEngine.tiny(model=...) builds
 
 
 def tiny_hf_model(model: str, seed: int, *, index_topk: int = 4) -> Any:
     """A random-initialized tiny transformers model (float32, eval mode), reproducible from `seed`."""
     from transformers import DeepseekV4ForCausalLM
 
+    from hkv_exec_ref.hf.llama import tiny_llama
+
     assert model in MODELS, model
+    if model == "llama":
+        return tiny_llama(seed, HKV_OPTIONS)
     torch.manual_seed(seed)
     return DeepseekV4ForCausalLM(_v4_config(index_topk)).eval()
 

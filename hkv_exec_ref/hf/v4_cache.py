@@ -23,7 +23,7 @@ import torch
 from hkv_exec_ref.tiny_v4 import Config, LayerState, ModelState, TailRows
 from hkv_exec_ref.tiny_v4.state import sentinel_rows, tail_start, window_start
 
-__all__ = ["cache_fields", "cache_from_state", "state_from_cache"]
+__all__ = ["cache_from_state", "state_from_cache"]
 
 MAIN, INDEXER = "compressor", "indexer"
 
@@ -128,28 +128,3 @@ def state_from_cache(cache: Any, cfg: Config, p: int) -> ModelState:
             fields["index_tail"] = _tail(layer, INDEXER, p, spec.ratio, spec.overlap, spec.overlap * cfg.index_dim)
         layers.append(LayerState(spec=spec, window_start=w0, window=window, **fields))
     return ModelState(prefix_tokens=p, layers=tuple(layers))
-
-
-# ------------------------------------------------------------------ comparing caches
-
-
-def _field(tensor: torch.Tensor | None) -> np.ndarray:
-    """A cache tensor as an array; None (never set) and an empty tensor both as an empty array."""
-    if tensor is None or tensor.numel() == 0:
-        return np.zeros(0, np.float32)
-    return tensor.detach().numpy().copy()
-
-
-def cache_fields(cache: Any) -> dict[str, Any]:
-    """Every field of an HF V4 cache by name (`layer 1 buffer_kv[indexer]`, ...): what two caches must share."""
-    out: dict[str, Any] = {}
-    for i, layer in enumerate(cache.layers):
-        out[f"layer {i} cumulative_length"] = layer.cumulative_length
-        out[f"layer {i} keys"] = _field(layer.keys if layer.is_initialized else None)
-        for name in getattr(layer, "compressed_kv", {}):
-            out[f"layer {i} entry_count[{name}]"] = layer.entry_count[name]
-            for field in ("compressed_kv", "buffer_kv", "buffer_gate", "overlap_kv", "overlap_gate"):
-                table = getattr(layer, field, None)
-                if table is not None:
-                    out[f"layer {i} {field}[{name}]"] = _field(table.get(name))
-    return out

@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("transformers", reason="the hf extra (transformers, torch) is not installed")
 
 from hkv_exec_ref.hf import HfEngine, v4_cache  # noqa: E402
-from hkv_exec_ref.hf.v4_cache import cache_fields  # noqa: E402
+from hkv_exec_ref.hf.fields import cache_fields  # noqa: E402
 
 BASE_TOKENS = 61
 
