@@ -1,22 +1,33 @@
-"""A batch-invariant lightning-indexer scoring for transformers' DeepSeek-V4, installed as a hook (docs/hf.md).
+"""A batch-invariant lightning indexer for transformers' DeepSeek-V4, installed as a hook (docs/hf.md).
 
-HF scores a call's queries against the compressed indexer keys with matrix products whose shapes depend on how
-many queries and keys the call has; the roundings differ with the shapes, and the indexer's top-k flips on
-near-ties - so the same prompt gives different outputs prefilled in one call or in chunks (a prefix cache
-makes chunks).  `install_batch_invariant_indexer(model)` replaces every `DeepseekV4IndexerScorer.forward` with
-the same formula computed in a fixed order for each (query, key) pair: every dot product and every sum a
-strictly sequential loop of element-wise multiply-adds, whatever the call's shape.
+The same prompt gives different outputs prefilled in one call or in chunks (a prefix cache makes chunks), by up
+to 0.1 in the logits whenever `index_topk` is below the number of compressed entries.  The cause is the top-k:
+ReLU-gated scores tie exactly (at 0, and -inf for entries a query may not see), and `torch.topk` breaks ties in
+an order that depends on the length of the score row - which is the call's number of entries.
+`install_batch_invariant_indexer(model)` fixes both halves of the indexer for every CSA layer:
+
+- scoring: the same formula computed in a fixed order for each (query, key) pair - every dot product and sum a
+  strictly sequential loop of element-wise multiply-adds, whatever the call's shape;
+- selection: a stable top-k, ties to the lower entry index (hkv's own rule, docs/v4_cache.md), by wrapping the
+  indexer's forward so that `Tensor.topk` is the stable version while it runs.
+
+With it the chunked and one-shot outputs differ only by float rounding (about 2e-7: CPU kernels round by the
+tensor's shape - matrix-product blocking, and vectorized versus scalar loops for short tensors).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import threading
 import types
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["batch_invariant_scores", "install_batch_invariant_indexer", "sequential_sum"]
+__all__ = ["batch_invariant_scores", "install_batch_invariant_indexer", "sequential_sum", "stable_topk"]
 
 
 def sequential_sum(terms: torch.Tensor, dim: int) -> torch.Tensor:
@@ -37,13 +48,43 @@ def batch_invariant_scores(scorer: Any, q: torch.Tensor, compressed_kv: torch.Te
     return sequential_sum(scores * (weights * scorer.weights_scaling)[..., None], 2)
 
 
+def stable_topk(values: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> Any:
+    """`Tensor.topk` with ties broken toward the lower index along `dim` (a stable sort), for any row length."""
+    ordered, index = torch.sort(values, dim=dim, descending=largest, stable=True)
+    return torch.return_types.topk((ordered.narrow(dim, 0, k), index.narrow(dim, 0, k)))
+
+
+_TOPK_LOCK = threading.Lock()  # Tensor.topk is swapped process-wide while an indexer runs
+
+
+@contextlib.contextmanager
+def _stable_topk() -> Iterator[None]:
+    with _TOPK_LOCK:
+        saved = torch.Tensor.topk
+        torch.Tensor.topk = stable_topk  # type: ignore[method-assign, assignment]
+        try:
+            yield
+        finally:
+            torch.Tensor.topk = saved  # type: ignore[method-assign]
+
+
+def _with_stable_topk(forward: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(forward)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with _stable_topk():
+            return forward(*args, **kwargs)
+    return run
+
+
 def install_batch_invariant_indexer(model: Any) -> int:
-    """Replace the indexer scoring of every CSA layer of `model`; the number of scorers replaced."""
-    from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4IndexerScorer
+    """Make the lightning indexer of every CSA layer of `model` batch-invariant (fixed-order scoring, stable
+    top-k); the number of indexers changed."""
+    from transformers.models.deepseek_v4.modeling_deepseek_v4 import DeepseekV4Indexer
 
     count = 0
     for module in model.modules():
-        if isinstance(module, DeepseekV4IndexerScorer):
-            module.forward = types.MethodType(batch_invariant_scores, module)
+        if isinstance(module, DeepseekV4Indexer):
+            module.scorer.forward = types.MethodType(batch_invariant_scores, module.scorer)
+            module.forward = _with_stable_topk(module.forward)
             count += 1
     return count
