@@ -17,7 +17,7 @@ from hkv_exec_ref.hf import v4_cache
 from hkv_exec_ref.tiny_v4 import Config, Fault, ModelState
 from hkv_exec_ref.tiny_v4.faults import apply_faults
 
-__all__ = ["MODELS", "HfModel", "tiny_hf_model"]
+__all__ = ["MODELS", "HfModel", "tiny_config", "tiny_hf_model"]
 
 V4_LAYER_TYPES = ["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"]
 V4_RATES = {"compressed_sparse_attention": 4, "heavily_compressed_attention": 8}
