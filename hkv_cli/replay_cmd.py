@@ -14,16 +14,19 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from hkv_cli.cluster_out import cluster_configs, cluster_results, print_cluster, write_cluster_chart
 from hkv_cli.errors import OK, output_folder, writing
 from hkv_cli.output import console, out, plain, print_json
 from hkv_core.layout import preset_names
 from hkv_core.manager.config_bounds import MAX_REQUEST_TOKENS
 from hkv_core.replay import POLICIES, ReplayConfig, ReplayResult, TraceRequest, read_trace, replay
+from hkv_core.replay.cluster import ROUTERS, ClusterConfig
 from hkv_exec_ref.demo.chart import plotting_available
 
 SWEEP_BLOCKS = (1_000, 3_000, 10_000, 30_000, None)  # None: unbounded
 CHART_NAME = "replay_sweep.png"
 MAX_CAPACITY_TOKENS = 1 << 40
+MAX_INSTANCES = 64
 
 
 def capacity(value: str) -> int | None:
@@ -53,14 +56,29 @@ def capacity(value: str) -> int | None:
               help="A host tier below the device, in tokens (docs/replay.md: the replay's tier model).")
 @click.option("--disk-tokens", default=0, show_default=True, type=click.IntRange(0, None),
               help="A disk tier below the host, in tokens.")
-@click.option("--sweep", is_flag=True, help="Replay at 1k, 3k, 10k, 30k blocks and unbounded; table and PNG.")
+@click.option("--instances", default=None, type=click.IntRange(1, MAX_INSTANCES),
+              help="Replay over this many serving instances behind a router, each with --capacity-tokens (and "
+                   "--host-tokens / --disk-tokens) of its own (docs/replay.md, cluster replay).")
+@click.option("--router", "routers", type=click.Choice(ROUTERS), multiple=True, default=("prefix-aware",),
+              show_default=True, help="With --instances: how requests are routed (repeat to compare).")
+@click.option("--remote-capacity-tokens", "remote", default="0", show_default=True,
+              help="With --instances: a remote tier shared by every instance, in tokens (0: none).")
+@click.option("--sweep", is_flag=True, help="Replay at 1k, 3k, 10k, 30k blocks and unbounded; table and PNG. "
+                                            "With --instances: over 1, 2, 4 and 8 instances, every --router, "
+                                            "without and with the remote tier.")
 @click.option("--out", "out_dir", default="out", show_default=True, type=click.Path(file_okay=False),
               help="Folder for the sweep's PNG (replay_sweep.png); created if missing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 def replay_command(trace: str, policies: tuple[str, ...], capacity_tokens: str, layout: str, block_tokens: int,
-                   host_tokens: int, disk_tokens: int, sweep: bool, out_dir: str, as_json: bool) -> None:
+                   host_tokens: int, disk_tokens: int, instances: int | None, routers: tuple[str, ...], remote: str,
+                   sweep: bool, out_dir: str, as_json: bool) -> None:
     """Replay TRACE (Mooncake JSON lines) through the cache manager; print block and token hit rates."""
     requests = read_trace(trace, block_tokens)
+    if instances is not None:
+        base = ReplayConfig(layout=layout, block_tokens=block_tokens, capacity_tokens=capacity(capacity_tokens),
+                            host_tokens=host_tokens, disk_tokens=disk_tokens)
+        _cluster(requests, cluster_configs(base, instances, routers, capacity(remote) or 0, sweep),
+                 Path(out_dir), block_tokens, sweep, as_json)
     capacities = [None if b is None else b * block_tokens for b in SWEEP_BLOCKS] if sweep \
         else [capacity(capacity_tokens)]
     runs = [(p, c) for p in policies for c in capacities]
@@ -83,6 +101,20 @@ def replay_command(trace: str, policies: tuple[str, ...], capacity_tokens: str, 
         print_json({**first, "results": [r.to_dict() for r in results], "chart": str(chart) if chart else None})
     else:
         _print(results, requests, block_tokens, chart, sweep)
+    raise SystemExit(OK)
+
+
+def _cluster(requests: list[TraceRequest], configs: list[ClusterConfig], folder: Path, block_tokens: int,
+             sweep: bool, as_json: bool) -> None:
+    with Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True, disable=as_json) as bar:
+        task = bar.add_task("replaying", total=len(configs) * len(requests))
+        results = cluster_results(requests, configs, lambda done: bar.update(task, completed=done))
+    chart = write_cluster_chart(results, folder, block_tokens) if sweep else None
+    if as_json:
+        print_json({"results": [r.to_dict() for r in results], "chart": str(chart) if chart else None})
+    else:
+        print_cluster(results, len(requests), block_tokens, chart, sweep)
     raise SystemExit(OK)
 
 
