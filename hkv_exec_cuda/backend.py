@@ -80,6 +80,10 @@ class Backend(Protocol):
 
     def capture(self, stream: Stream, step: Callable[[], None]) -> Graph: ...
 
+    def current_stream(self) -> Stream: ...
+
+    def wait(self, waiter: Stream, on: Stream) -> None: ...
+
 
 # -------------------------------------------------------------------- the NumPy stand-in
 
@@ -156,6 +160,12 @@ class NumpyBackend:
         step()  # a capture on a GPU records the work without running it; here, a warm run checks the step
         return _ReplayGraph(step)
 
+    def current_stream(self) -> _HostStream:
+        return _HostStream()
+
+    def wait(self, waiter: Stream, on: Stream) -> None:
+        return None  # work on the CPU is already in program order
+
 
 # -------------------------------------------------------------------- CuPy
 
@@ -208,6 +218,22 @@ class CupyBackend:
             finally:
                 graph = stream.end_capture()
         return graph
+
+    def current_stream(self) -> Any:
+        """The stream CuPy work runs on now (the model's)."""
+        return self._cuda.get_current_stream()
+
+    def wait(self, waiter: Any, on: Any) -> None:
+        _cupy_wait(self._cuda, waiter, on)
+
+
+def _cupy_wait(cuda: Any, waiter: Any, on: Any) -> None:
+    """Work queued on `waiter` from now on starts after the work queued on `on` so far."""
+    if waiter is on or waiter == on:
+        return
+    event = cuda.Event(block=False, disable_timing=True)
+    event.record(on)
+    waiter.wait_event(event)
 
 
 class _CupyEvent:

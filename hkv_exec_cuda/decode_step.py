@@ -16,6 +16,8 @@ pools: the reference the captured step is compared with (docs/cuda_executor.md).
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -149,10 +151,13 @@ class DecodeReads:
 
     def capture(self, name: str = "decode-attention") -> CapturedStep:
         """The step captured over the pools, the static tables, the inputs and the outputs."""
-        buffers: dict[str, Any] = {f"table {pool}": t.array for pool, t in self.tables.items()}
+        buffers: dict[str, Callable[[], Any]] = {f"table {pool}": functools.partial(getattr, t, "array")
+                                                 for pool, t in self.tables.items()}
         for i, q in enumerate(self.queries):
-            buffers.update({f"layer {i} {k}": v for k, v in attrs.asdict(q, recurse=False).items() if v is not None})
-        buffers.update({f"layer {i} output": o for i, o in enumerate(self.outputs)})
+            buffers.update({f"layer {i} {f.name}": functools.partial(getattr, q, f.name)
+                            for f in attrs.fields(LayerQuery) if getattr(q, f.name) is not None})
+        buffers.update({f"layer {i} output": functools.partial(self.outputs.__getitem__, i)
+                        for i in range(len(self.outputs))})
         return CapturedStep(self.executor, name, self.step, buffers)
 
     def host_outputs(self) -> list[Any]:

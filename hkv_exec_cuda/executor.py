@@ -69,7 +69,8 @@ class CudaExecutor:
         self.tally = Tally()
         self.stream = self.backend.stream()
         self.pinned = PinnedArrays(self.backend, staging_bytes)
-        self._lock = threading.RLock()  # one launch, read, write or row copy at a time
+        self.lock = threading.RLock()  # one launch, read, write, row copy, capture or replay at a time
+        self._lock = self.lock
         self._authority: PlanAuthority | None = None
         self._addresses: dict[str, int] = {}
 
@@ -227,9 +228,11 @@ class CudaExecutor:
         flat = np.asarray(slots, np.int64).ravel()
         pages, offsets = flat // array.shape[2], flat % array.shape[2]
         assert np.all((pages >= 0) & (pages < array.shape[0])) and 0 <= layer < array.shape[1], (pool, flat, layer)
-        with self._lock, self.stream:
+        current = self.backend.current_stream()  # the model's: the copies are made and used there
+        with self._lock:
+            self.backend.wait(current, self.stream)  # plans queued before land first
             out = array[self._index(pages), layer, self._index(offsets)]
-            self.stream.synchronize()  # the model computes on the current stream, not this one
+            self.backend.wait(self.stream, current)  # plans queued after wait for this read
             self.tally.entries_read += flat.size
         return out
 
@@ -243,10 +246,12 @@ class CudaExecutor:
         pages, offsets = flat // per_page, flat % per_page
         assert np.all((pages > NULL_PAGE) & (pages < array.shape[0])), f"{pool}: bad slots {flat}"
         assert np.unique(flat).size == flat.size, f"{pool}: a slot written twice in one call"
-        with self._lock, self.stream:
+        current = self.backend.current_stream()  # where the model computed `values`
+        with self._lock:
+            self.backend.wait(current, self.stream)  # plans queued before land first
             data = self.xp.asarray(values, dtype=array.dtype)
             array[self._index(pages), :, self._index(offsets)] = data
-            self.stream.synchronize()
+            self.backend.wait(self.stream, current)  # plans queued after see the entries
             self.tally.entries_written += flat.size
 
     # -- row runs (tiers) -----------------------------------------------------------------

@@ -43,7 +43,7 @@ class StaticTable:
                                       captured=self.capacity_pages, found=len(pages))
         host = np.zeros(self.capacity_pages, np.int64)
         host[:len(pages)] = np.asarray(pages, np.int64)
-        with self.executor.stream:
+        with self.executor.lock, self.executor.stream:
             self.array[...] = self.executor.xp.asarray(host)
             self.executor.stream.synchronize()
         self.pages = len(pages)
@@ -53,11 +53,15 @@ class StaticTable:
 class CapturedStep:
     """`step` captured once over the executor's pools and `buffers`; `replay()` checks every address first."""
 
-    def __init__(self, executor: CudaExecutor, name: str, step: Callable[[], None], buffers: dict[str, Any]) -> None:
+    def __init__(self, executor: CudaExecutor, name: str, step: Callable[[], None],
+                 buffers: dict[str, Callable[[], Any]]) -> None:
+        """`buffers`: name -> a function returning the array the step reads or writes now (where its owner
+        keeps it), so that `check` sees an owner that swapped its array for another."""
         self.executor, self.name, self.buffers = executor, name, buffers
-        self.pool_addresses = executor.addresses()
-        self.buffer_addresses = {key: executor.backend.address(array) for key, array in buffers.items()}
-        self.graph = executor.backend.capture(executor.stream, step)
+        with executor.lock:  # nothing else is queued on the stream while it is being captured
+            self.pool_addresses = executor.addresses()
+            self.buffer_addresses = {key: executor.backend.address(get()) for key, get in buffers.items()}
+            self.graph = executor.backend.capture(executor.stream, step)
         self.replays = 0
 
     def check(self) -> None:
@@ -68,14 +72,15 @@ class CapturedStep:
                 raise GraphAddressChanged(graph=self.name, what=f"pool {pool} base address", captured=address,
                                           found=now.get(pool))
         for key, address in self.buffer_addresses.items():
-            found = self.executor.backend.address(self.buffers[key])
+            found = self.executor.backend.address(self.buffers[key]())
             if found != address:
                 raise GraphAddressChanged(graph=self.name, what=f"buffer {key} address", captured=address,
                                           found=found)
 
     def replay(self) -> None:
         """Check the addresses, launch the graph on the executor's stream and wait for it."""
-        self.check()
-        self.graph.launch(self.executor.stream)
-        self.executor.stream.synchronize()
-        self.replays += 1
+        with self.executor.lock:
+            self.check()
+            self.graph.launch(self.executor.stream)
+            self.executor.stream.synchronize()
+            self.replays += 1

@@ -25,6 +25,7 @@ class PinnedArrays:
         assert staging_bytes > 0, staging_bytes
         self._backend = backend
         self._ranges: list[tuple[int, int, NDArray[np.uint8]]] = []  # (start, stop, buffer kept alive)
+        self._ranges_lock = threading.Lock()  # `release` runs from PendingPlan.wait, outside the executor's lock
         self.staging = backend.pinned_empty(staging_bytes)
         self.staging_lock = threading.Lock()  # one user of the staging buffer at a time
 
@@ -34,21 +35,24 @@ class PinnedArrays:
         raw = self._backend.pinned_empty(max(nbytes, 1))
         raw[:] = 0
         start = self._backend.address(raw)
-        self._ranges.append((start, start + raw.size, raw))
+        with self._ranges_lock:
+            self._ranges.append((start, start + raw.size, raw))
         out: NDArray[Any] = raw[:nbytes].view(dtype).reshape(shape)
         return out
 
     def release(self, array: NDArray[Any]) -> None:
         """Forget a pinned array from `empty` (its memory goes back to the pinned pool once unreferenced)."""
         start = int(array.__array_interface__["data"][0])
-        self._ranges = [r for r in self._ranges if not r[0] <= start < r[1]]
+        with self._ranges_lock:
+            self._ranges = [r for r in self._ranges if not r[0] <= start < r[1]]
 
     def holds(self, array: NDArray[Any]) -> bool:
         """Is `array` a C-contiguous view into memory this object pinned?"""
         if not array.flags.c_contiguous:
             return False
         start = int(array.__array_interface__["data"][0])
-        return any(lo <= start and start + array.nbytes <= hi for lo, hi, _ in self._ranges)
+        with self._ranges_lock:
+            return any(lo <= start and start + array.nbytes <= hi for lo, hi, _ in self._ranges)
 
     def staging_view(self, nbytes: int, dtype: Any, shape: tuple[int, ...]) -> NDArray[Any]:
         """The first `nbytes` of the staging buffer as an array (hold `staging_lock`)."""

@@ -129,7 +129,7 @@ def run_demo(cfg: WorkloadConfig, *, fault: Fault = Fault.NONE, limits: dict[str
             from hkv_exec_ref.hf import HfEngine
 
             assert not tiers and draft is None and executor is None, "the HF demo runs without them"
-            return HfEngine.tiny("deepseek_v4", cfg.seed, **options)
+            return HfEngine.tiny("deepseek_v4", cfg.seed, **{**options, "retain_every_blocks": 1})
         return Engine.tiny(seed=cfg.seed, faults=fault, executor=executor() if executor else None, **options)
 
     engine = open_engine()

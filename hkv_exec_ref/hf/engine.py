@@ -31,6 +31,9 @@ from hkv_exec_ref.hf.model import MODELS, HfModel, tiny_hf_model
 __all__ = ["HF_BLOCK_TOKENS", "HfEngine"]
 
 HF_BLOCK_TOKENS = 8  # the tiny models' block: the lcm of the ratios (4, 8)
+# a resume point at every block: a hit reaches every block an earlier request computed, so fewer blocks are
+# computed twice (with other calls, hence other bits: see HfEngine._served)
+HF_DEFAULTS: dict[str, Any] = {"retain_every_blocks": 1}
 
 
 class HfEngine(Engine):
@@ -38,9 +41,13 @@ class HfEngine(Engine):
 
     model: HfModel | LlamaModel
 
-    def __init__(self, model: HfModel, manager: CacheManager, executor: Any, **options: Any) -> None:
+    def __init__(self, model: HfModel | LlamaModel, manager: CacheManager, executor: Any, **options: Any) -> None:
+        if options.get("tiers") is not None:
+            raise InvalidArgument(action="HfEngine", argument="tiers", value=options["tiers"],
+                                  reason="host and disk tiers are not offered for HF models")
         super().__init__(model, manager, executor, **options)  # type: ignore[arg-type]
         self.provenance: dict[bytes, tuple[int, ...]] = {}  # block key -> the call ends inside that block
+        self.mixed: set[bytes] = set()  # blocks computed on top of a block recomputed with other calls
         self.cut_every_block = True  # any block a later request hits ends a call
         self._boundaries: tuple[int, ...] = ()
 
@@ -54,7 +61,7 @@ class HfEngine(Engine):
                                   reason=f"one of {', '.join(MODELS)}")
         hf = tiny_hf_model(model, seed, index_topk=index_topk)
         layout = Layout.from_hf_config(hf.config, name=f"hf_{model}", block_tokens=HF_BLOCK_TOKENS)
-        config = ManagerConfig(**{"key_seed": seed, **TINY_DEFAULTS, **limits})
+        config = ManagerConfig(**{"key_seed": seed, **TINY_DEFAULTS, **HF_DEFAULTS, **limits})
         adapter = LlamaModel(hf, seed, HF_BLOCK_TOKENS) if model == "llama" else HfModel(hf, seed)
         return cls(adapter, CacheManager(layout, config), RefExecutor())
 
@@ -88,18 +95,32 @@ class HfEngine(Engine):
         return attrs.evolve(served, boundaries=self._boundaries)
 
     def _served(self, rid: int, cached_tokens: int) -> None:
-        """Record which calls built each block this request computed; `_boundaries` for its result."""
+        """Record which calls built each block this request computed; `_boundaries` for its result.
+
+        The index keeps a block's first computation.  A request that computes a block again with other calls
+        (its hit stopped short of it) gets other bits, and every block it then adds is built on them: such
+        blocks are `mixed` - their state came from two call histories, which no single run of HF reproduces -
+        and a later hit through one gets `boundaries=()` (docs/hf.md)."""
         block = self.layout.block_tokens
         ends = [end for _, end in self.model.calls]
         computed_blocks = max(ends, default=0) // block
         keys = [bytes(np.asarray(k).tobytes()) for k in self.manager.block_keys(rid, 0, computed_blocks)]
+        hit_blocks = cached_tokens // block
         before: list[int] = []
-        for b in range(cached_tokens // block):
+        for b in range(hit_blocks):
             assert keys[b] in self.provenance, f"block {b} of the hit was not computed by this engine"
             before += self.provenance[keys[b]]
-        for b in range(cached_tokens // block, computed_blocks):
-            self.provenance[keys[b]] = tuple(e for e in ends if b * block < e <= (b + 1) * block)
-        self._boundaries = (*before, *ends)
+        mixed_hit = any(keys[b] in self.mixed for b in range(hit_blocks))
+        diverged = mixed_hit
+        for b in range(hit_blocks, computed_blocks):
+            own = tuple(e for e in ends if b * block < e <= (b + 1) * block)
+            if keys[b] in self.provenance:
+                diverged |= self.provenance[keys[b]] != own or keys[b] in self.mixed
+            else:
+                self.provenance[keys[b]] = own
+                if diverged:
+                    self.mixed.add(keys[b])
+        self._boundaries = () if mixed_hit else (*before, *ends)
 
     def hf_cache(self, tokens: ArrayLike, ends: tuple[int, ...]) -> Any:
         """HF's own cache after its calls over `tokens` ending at `ends`."""
@@ -129,11 +150,18 @@ class HfEngine(Engine):
     def recompute(self, prompt_tokens: ArrayLike, max_new_tokens: int, *,  # type: ignore[override]
                   boundaries: tuple[int, ...] | None = None) -> ServeResult:
         """HF's model with HF's own cache: calls ending at `boundaries` (None: the prompt in one call, then one
-        call per generated token), greedy tokens; `prompt_logits` of every prompt position."""
+        call per generated token), greedy tokens; `prompt_logits` of every prompt position.  InvalidArgument
+        for boundaries that do not rise, leave out the prompt's end, or pass the last token fed."""
         prompt = _prompt(prompt_tokens, self.config.vocab)
         _count("recompute", "max_new_tokens", max_new_tokens, 0)
         ends = list(boundaries) if boundaries is not None else [len(prompt)] + [
             len(prompt) + i for i in range(1, max_new_tokens)]
+        last = len(prompt) + max(0, max_new_tokens - 1)
+        if (any(b <= a for a, b in zip([0, *ends], ends, strict=False)) or len(prompt) not in ends
+                or ends[-1] != last):
+            raise InvalidArgument(action="recompute", argument="boundaries", value=boundaries,
+                                  reason=f"must rise from 1, include the prompt's end {len(prompt)} and end at "
+                                         f"{last} (the last token fed)")
         from transformers import DynamicCache
 
         cache, seq, pos, rows = DynamicCache(config=self.model.hf.config), list(prompt), 0, []
@@ -153,7 +181,10 @@ class HfEngine(Engine):
                            cached_by_kind=cached_by_kind(self.layout, 0), reasons=(), boundaries=tuple(ends))
 
     def matches_recompute(self, prompt_tokens: ArrayLike, served: ServeResult) -> bool:
-        """HF over the served calls (`served.boundaries`) gives the same tokens and logits, bit for bit."""
+        """HF over the served calls (`served.boundaries`) gives the same tokens and logits, bit for bit (False
+        when the boundaries are unknown: a hit through a mixed block)."""
+        if not served.boundaries:
+            return False
         again = self.recompute(prompt_tokens, len(served.tokens), boundaries=served.boundaries)
         return bool(np.array_equal(again.tokens, served.tokens) and np.array_equal(again.logits, served.logits)
                     and np.array_equal(again.prompt_logits[served.cached_tokens:], served.prompt_logits))

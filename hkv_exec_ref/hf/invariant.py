@@ -54,7 +54,7 @@ def stable_topk(values: torch.Tensor, k: int, dim: int = -1, largest: bool = Tru
     return torch.return_types.topk((ordered.narrow(dim, 0, k), index.narrow(dim, 0, k)))
 
 
-_TOPK_LOCK = threading.Lock()  # Tensor.topk is swapped process-wide while an indexer runs
+_TOPK_LOCK = threading.RLock()  # Tensor.topk is swapped process-wide while an indexer runs (other threads wait)
 
 
 @contextlib.contextmanager
@@ -65,7 +65,7 @@ def _stable_topk() -> Iterator[None]:
         try:
             yield
         finally:
-            torch.Tensor.topk = saved  # type: ignore[method-assign]
+            torch.Tensor.topk = saved  # type: ignore[method-assign]  # nested: restores the stable one
 
 
 def _with_stable_topk(forward: Callable[..., Any]) -> Callable[..., Any]:
@@ -73,6 +73,7 @@ def _with_stable_topk(forward: Callable[..., Any]) -> Callable[..., Any]:
     def run(*args: Any, **kwargs: Any) -> Any:
         with _stable_topk():
             return forward(*args, **kwargs)
+    run.hkv_stable_topk = True  # type: ignore[attr-defined]  # installed: a second install leaves it as it is
     return run
 
 
@@ -85,6 +86,7 @@ def install_batch_invariant_indexer(model: Any) -> int:
     for module in model.modules():
         if isinstance(module, DeepseekV4Indexer):
             module.scorer.forward = types.MethodType(batch_invariant_scores, module.scorer)
-            module.forward = _with_stable_topk(module.forward)
+            if not getattr(module.forward, "hkv_stable_topk", False):
+                module.forward = _with_stable_topk(module.forward)
             count += 1
     return count

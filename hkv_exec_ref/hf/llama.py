@@ -55,7 +55,8 @@ class LlamaModel:
         # the Engine reads vocab, max_positions, seed and the call size (window_tokens - 1) from a Config
         self.config = Config(compress_ratios=(0,) * c.num_hidden_layers, window_tokens=window_tokens,
                              vocab=c.vocab_size, seed=seed)
-        self.heads, self.head_dim = c.num_key_value_heads, c.hidden_size // c.num_attention_heads
+        self.heads = c.num_key_value_heads
+        self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         self.calls: list[tuple[int, int]] = []
 
     def empty_state(self) -> KvState:

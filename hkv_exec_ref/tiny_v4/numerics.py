@@ -46,6 +46,8 @@ def arrays_on(tree: Any, xp: Any) -> Any:
     structure; NumPy to NumPy returns the same arrays)."""
     if isinstance(tree, np.ndarray):
         return xp.asarray(tree)
+    if xp_of(tree) is not np:  # a device array (CuPy): to `xp` through the host unless it is there already
+        return tree if xp is xp_of(tree) else xp.asarray(to_host(tree))
     if isinstance(tree, tuple):
         return tuple(arrays_on(item, xp) for item in tree)
     if attrs.has(type(tree)):

@@ -114,6 +114,14 @@ def test_an_address_change_is_refused_never_recaptured(backend_factory: Any) -> 
         table.update(list(range(1, table.capacity_pages + 2)))
     assert isinstance(info.value, HkvError) and info.value.fields["found"] == table.capacity_pages + 1
     assert table.pages < table.capacity_pages + 1  # unchanged
+    captured = reads.outputs[0]
+    reads.outputs[0] = captured.copy()  # an output buffer swapped for another behind the graph's back
+    with pytest.raises(GraphAddressChanged, match="buffer layer 0 output"):
+        graph.replay()
+    reads.outputs[0] = captured
+    table.array = table.array.copy()  # a block table reallocated
+    with pytest.raises(GraphAddressChanged, match=f"buffer table {pool}"):
+        graph.replay()
     ex = engine.executor
     ex.pools[pool] = ex.pools[pool].copy()  # a pool reallocated behind the graph's back
     with pytest.raises(GraphAddressChanged, match=f"pool {pool} base address"):

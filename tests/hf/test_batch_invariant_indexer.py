@@ -7,6 +7,8 @@ indexer moves logits by more than 0.01 (docs/hf.md).
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="the hf extra (transformers, torch) is not installed")
@@ -70,3 +72,15 @@ def test_install_replaces_every_csa_indexer_and_serving_stays_exact() -> None:
     engine.generate(prompt, 1)
     served = engine.generate(prompt[:45], 2)
     assert served.cached_tokens == 40 and engine.matches_recompute(prompt[:45], served)
+
+
+def test_installing_twice_is_the_same_as_once() -> None:
+    engine = HfEngine.tiny("deepseek_v4", 0)
+    assert install_batch_invariant_indexer(engine.model.hf) == install_batch_invariant_indexer(engine.model.hf) == 1
+    done: list[bool] = []
+    prompt = torch.randint(0, 64, (30,), generator=torch.Generator().manual_seed(2)).numpy()
+    worker = threading.Thread(target=lambda: done.append(engine.matches_recompute(prompt, engine.generate(prompt, 2))),
+                              daemon=True)
+    worker.start()
+    worker.join(timeout=120)
+    assert done == [True], "serving hung or differed after a second install"

@@ -15,6 +15,7 @@ import pytest
 
 pytest.importorskip("transformers", reason="the hf extra (transformers, torch) is not installed")
 
+from hkv_core.errors import InvalidArgument  # noqa: E402
 from hkv_exec_ref.hf import HfEngine, v4_cache  # noqa: E402
 from hkv_exec_ref.hf.fields import cache_fields  # noqa: E402
 
@@ -115,3 +116,28 @@ def test_a_bridge_that_adds_the_position_bias_to_open_rows_is_caught(monkeypatch
     served = broken.generate(tokens[:30], 2)
     assert any(b % 8 for b in served.boundaries), "no call started inside a block"
     assert not broken.matches_recompute(tokens[:30], served)
+
+
+def test_a_block_computed_twice_keeps_the_first_calls_and_mixed_blocks_are_flagged() -> None:
+    """The index keeps a block's first computation, so `boundaries` name its calls.  A request whose prompt is an
+    earlier request's tokens exactly hits one block short and computes that block again with other calls (other
+    bits); blocks it adds on top are mixed - no single HF run gives that state - and a hit through them has no
+    boundaries (docs/hf.md)."""
+    e, tokens = engine(), base(5)
+    first = e.generate(tokens[:20], 5)
+    again = np.concatenate([tokens[:20], first.tokens[:4]])  # the 24 tokens the first request fed
+    second = e.generate(again, 10)
+    assert second.cached_tokens == 16 and e.matches_recompute(again, second)
+    resumed = np.concatenate([again, tokens[30:35]])
+    third = e.generate(resumed, 3)  # hits at 24: the first request's block 2
+    assert third.cached_tokens == 24 and e.matches_recompute(resumed, third)
+    through = np.concatenate([again, second.tokens[:9], tokens[30:33]])
+    mixed = e.generate(through, 3)  # hits at 32: block 3 was built on the second request's block 2
+    assert mixed.cached_tokens == 32 and mixed.boundaries == () and not e.matches_recompute(through, mixed)
+
+
+def test_recompute_refuses_boundaries_that_do_not_describe_the_calls() -> None:
+    e, tokens = engine(), base(6)
+    for bad in ((8, 8, 20), (8, 16), (20, 19), (20, 23, 30)):
+        with pytest.raises(InvalidArgument, match="boundaries"):
+            e.recompute(tokens[:20], 4, boundaries=bad)
