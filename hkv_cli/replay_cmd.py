@@ -42,6 +42,14 @@ def capacity(value: str) -> int | None:
     return tokens
 
 
+def remote_capacity(value: str) -> int:
+    """`--remote-capacity-tokens`: 0 (no remote tier), a token count, or `inf` (holds every block)."""
+    if value.strip() == "0":
+        return 0
+    tokens = capacity(value)
+    return MAX_CAPACITY_TOKENS if tokens is None else tokens
+
+
 @click.command("replay")
 @click.argument("trace", type=click.Path(dir_okay=False))
 @click.option("--policy", "policies", type=click.Choice(POLICIES), multiple=True, default=("lru",), show_default=True,
@@ -73,11 +81,13 @@ def replay_command(trace: str, policies: tuple[str, ...], capacity_tokens: str, 
                    host_tokens: int, disk_tokens: int, instances: int | None, routers: tuple[str, ...], remote: str,
                    sweep: bool, out_dir: str, as_json: bool) -> None:
     """Replay TRACE (Mooncake JSON lines) through the cache manager; print block and token hit rates."""
+    if instances is None and remote.strip() != "0":
+        raise click.UsageError("--remote-capacity-tokens needs --instances (a remote tier is shared by instances)")
     requests = read_trace(trace, block_tokens)
     if instances is not None:
         base = ReplayConfig(layout=layout, block_tokens=block_tokens, capacity_tokens=capacity(capacity_tokens),
                             host_tokens=host_tokens, disk_tokens=disk_tokens)
-        _cluster(requests, cluster_configs(base, instances, routers, capacity(remote) or 0, sweep),
+        _cluster(requests, cluster_configs(base, instances, routers, remote_capacity(remote), sweep),
                  Path(out_dir), block_tokens, sweep, as_json)
     capacities = [None if b is None else b * block_tokens for b in SWEEP_BLOCKS] if sweep \
         else [capacity(capacity_tokens)]
@@ -180,4 +190,4 @@ def _chart(results: list[ReplayResult], folder: Path, block_tokens: int) -> Path
     return path
 
 
-__all__ = ["capacity", "replay_command"]
+__all__ = ["capacity", "remote_capacity", "replay_command"]

@@ -113,6 +113,27 @@ def test_cli_sweep_prints_every_configuration_and_draws_the_chart(tmp_path: Path
     assert report["chart"] is None or Path(report["chart"]).stat().st_size > 0
 
 
+def test_cli_without_a_remote_tier_and_with_an_unbounded_one(tmp_path: Path) -> None:
+    path = tmp_path / "trace.jsonl"
+    path.write_text("".join(json.dumps({"timestamp": r.timestamp, "input_length": r.input_length,
+                                        "output_length": 1, "hash_ids": list(r.hash_ids)}) + "\n"
+                            for r in sessions(turns=2, prefixes=3)))
+    base = [sys.executable, "-m", "hkv_cli.main", "replay", str(path), "--block-tokens", str(BT),
+            "--capacity-tokens", str(8 * BT), "--instances", "2", "--router", "round-robin", "--json"]
+    plain = subprocess.run(base, capture_output=True, text=True)
+    assert plain.returncode == 0, plain.stdout + plain.stderr
+    (result,) = json.loads(plain.stdout)["results"]
+    assert result["remote_tokens"] == 0 and result["tokens_by_source"]["remote"] == 0
+    unbounded = subprocess.run([*base, "--remote-capacity-tokens", "inf"], capture_output=True, text=True)
+    (shared,) = json.loads(unbounded.stdout)["results"]
+    assert shared["tokens_by_source"]["remote"] > 0
+    refused = subprocess.run([*base, "--remote-capacity-tokens", "-5"], capture_output=True, text=True)
+    assert refused.returncode == 2
+    alone = [a for a in base if a not in ("--instances", "2", "--router", "round-robin")]
+    lonely = subprocess.run([*alone, "--remote-capacity-tokens", "64"], capture_output=True, text=True)
+    assert lonely.returncode == 2 and "needs --instances" in json.loads(lonely.stdout)["error"]["message"]
+
+
 @pytest.mark.skipif(not MOONCAKE.exists(), reason="the shared Mooncake trace is not beside this checkout")
 def test_mooncake_cluster_figures() -> None:
     """The README's cluster table (3,000 blocks per instance): prefix-aware routing and the shared tier."""
