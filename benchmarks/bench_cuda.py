@@ -37,7 +37,6 @@ import argparse
 import json
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -51,6 +50,8 @@ from rich.markup import escape
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench_manager import code_version  # noqa: E402  # this script's folder is on sys.path when it runs
 
 from hkv_core.errors import MissingDependency, NoDevice  # noqa: E402
 from hkv_core.executor import PoolBinding, Run, TrustingAuthority  # noqa: E402
@@ -324,19 +325,6 @@ def table(result: dict[str, Any]) -> Table:
     return out
 
 
-def code_version() -> str:
-    """The git commit of the code measured, '+dirty' when hkv_core or hkv_exec_cuda has local changes."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "hkv_core", "hkv_exec_cuda"], cwd=root,
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (not a git checkout)"
-    return head + ("+dirty" if dirty else "")
-
-
 def device_name(backend: Any) -> str:
     if backend.name == "numpy":
         return f"CPU ({platform.machine()}, NumPy stand-in)"
@@ -371,7 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     pages = pages_per_pool(Layout.from_preset(PRESET), args.pages or DEFAULT_PAGES, pool_mib)
     bench = build(backend, pages)
     problems = check(bench)
-    result = {"commit": code_version(), "backend": backend.name, "device": device_name(backend),
+    result = {"commit": code_version("hkv_core", "hkv_exec_cuda"), "backend": backend.name,
+              "device": device_name(backend),
               "python": sys.version.split()[0], "numpy": np.__version__, "layout": PRESET, "pages": pages,
               "moved_bytes": bench.moved_bytes, "runs": args.runs, "reps": args.reps, "checked": not problems,
               "problems": problems, "note": NOTES[backend.name], "rows": measure(bench, args.runs, args.reps)}

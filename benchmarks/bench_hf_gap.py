@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bench_manager import code_version  # this script's folder is on sys.path when it runs
 from rich.console import Console
 from rich.table import Table
 
@@ -64,7 +64,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, nargs="+", default=[64, 128, 256, 512])
     parser.add_argument("--json-out", type=Path)
     args = parser.parse_args()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = code_version("hkv_core", "hkv_exec_ref")
     rows = [measure(k, n, inv) for inv in (False, True) for k in args.topk for n in args.tokens]
     Console().print(table(rows, commit or "?"))
     if args.json_out:

@@ -484,14 +484,15 @@ def profile(name: str, requests: list[np.ndarray], pool_pages: int, top: int, ou
 # ---------------------------------------------------------------- main
 
 
-def code_version() -> str:
-    """The git commit of the code measured, with a '+dirty' mark when hkv_core has local changes."""
+def code_version(*packages: str) -> str:
+    """The git commit of the code measured, with a '+dirty' mark when any of `packages` (default: hkv_core) has
+    local changes; every benchmark names its runs with it."""
     root = Path(__file__).resolve().parent.parent
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
                               check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "hkv_core"], cwd=root, capture_output=True,
-                               text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", *(packages or ("hkv_core",))], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown (not a git checkout)"
     return head + ("+dirty" if dirty else "")

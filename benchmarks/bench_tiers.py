@@ -59,7 +59,6 @@ import mmap
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -69,6 +68,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench_manager import code_version  # noqa: E402  # this script's folder is on sys.path when it runs
 
 from hkv_core.layout import EntryKind, Layout  # noqa: E402
 from hkv_core.manager import Allocation, CacheManager, ManagerConfig  # noqa: E402
@@ -368,19 +369,6 @@ def record_summary(runs: list[dict[str, float]], total: int) -> dict[str, dict[s
     return out
 
 
-def code_version() -> str:
-    """`git rev-parse --short HEAD`, with '+dirty' when the code measured (not this script) has local changes."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "hkv_core", "hkv_exec_ref"], cwd=root,
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (not a git checkout)"
-    return head + ("+dirty" if dirty else "")
-
-
 def print_tier(tier: str, base: str, r: dict[str, float]) -> None:
     print(f"  {tier}: offload {r['offload_gbps']:.2f} GB/s vs {base} {r['offload_base_gbps']:.2f} GB/s "
           f"({r['offload_ratio']:.2f}x); reload {r['reload_gbps']:.2f} GB/s vs {r['reload_base_gbps']:.2f} "
@@ -399,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--json-out", default=None, help="also write the JSON object to this file")
     args = parser.parse_args(argv)
-    result: dict[str, object] = {"commit": code_version(), "python": sys.version.split()[0],
+    result: dict[str, object] = {"commit": code_version("hkv_core", "hkv_exec_ref"), "python": sys.version.split()[0],
                                  "numpy": np.__version__}
     if args.only != "record":
         rng = np.random.default_rng(0)
