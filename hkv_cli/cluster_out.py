@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from rich.table import Table
 
-from hkv_cli.errors import output_folder, writing
+from hkv_cli.charts import line_chart
 from hkv_cli.output import out, plain
 from hkv_core.replay import ReplayConfig, TraceRequest
 from hkv_core.replay.cluster import ClusterConfig, ClusterResult, cluster_replay
-from hkv_exec_ref.demo.chart import plotting_available
 
 __all__ = ["CLUSTER_CHART", "SWEEP_INSTANCES", "cluster_configs", "cluster_results", "print_cluster",
            "write_cluster_chart"]
@@ -63,29 +63,14 @@ def print_cluster(results: list[ClusterResult], requests: int, block_tokens: int
 
 def write_cluster_chart(results: list[ClusterResult], folder: Path, block_tokens: int) -> Path | None:
     """Token hit rate against the number of instances, one line per (router, remote tier)."""
-    if not plotting_available():
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    folder = output_folder("--out", folder)
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
     lines: dict[tuple[str, int], list[ClusterResult]] = {}
     for r in results:
         lines.setdefault((r.router, r.remote_tokens), []).append(r)
-    for (router, remote), runs in lines.items():
-        label = f"{router}, " + (f"remote {remote // block_tokens:,} blocks" if remote else "no remote tier")
-        ax.plot([r.instances for r in runs], [r.token_hit_rate for r in runs], marker="o",
-                linestyle="-" if remote else "--", label=label)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("serving instances")
-    ax.set_ylabel("token hit rate")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = folder / CLUSTER_CHART
-    with writing("--out", path):
-        fig.savefig(path)
-    plt.close(fig)
-    return path
+
+    def draw(ax: Any) -> None:
+        for (router, remote), runs in lines.items():
+            label = f"{router}, " + (f"remote {remote // block_tokens:,} blocks" if remote else "no remote tier")
+            ax.plot([r.instances for r in runs], [r.token_hit_rate for r in runs], marker="o",
+                    linestyle="-" if remote else "--", label=label)
+
+    return line_chart(folder, CLUSTER_CHART, draw, xlabel="serving instances", ylabel="token hit rate", log_base=2)

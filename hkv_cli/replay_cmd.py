@@ -9,19 +9,20 @@ needs matplotlib).  docs/replay.md says how hits are counted.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from hkv_cli.charts import line_chart
 from hkv_cli.cluster_out import cluster_configs, cluster_results, print_cluster, write_cluster_chart
-from hkv_cli.errors import OK, output_folder, writing
+from hkv_cli.errors import OK
 from hkv_cli.output import console, out, plain, print_json
 from hkv_core.layout import preset_names
 from hkv_core.manager.config_bounds import MAX_REQUEST_TOKENS
 from hkv_core.replay import POLICIES, ReplayConfig, ReplayResult, TraceRequest, read_trace, replay
 from hkv_core.replay.cluster import ROUTERS, ClusterConfig
-from hkv_exec_ref.demo.chart import plotting_available
 
 SWEEP_BLOCKS = (1_000, 3_000, 10_000, 30_000, None)  # None: unbounded
 CHART_NAME = "replay_sweep.png"
@@ -158,36 +159,22 @@ def _tier_cells(r: ReplayResult) -> list[str]:
 
 def _chart(results: list[ReplayResult], folder: Path, block_tokens: int) -> Path | None:
     """Hit rate against capacity, one line per policy (the unbounded run as a dashed line)."""
-    if not plotting_available():
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    folder = output_folder("--out", folder)
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
     by_policy: dict[str, list[ReplayResult]] = {}
     for r in results:
         by_policy.setdefault(r.policy, []).append(r)
-    for policy, runs in by_policy.items():
-        bounded = [r for r in runs if r.capacity_tokens is not None]
-        line = ax.plot([r.capacity_tokens // block_tokens for r in bounded],  # type: ignore[operator]
-                       [r.block_hit_rate for r in bounded], marker="o", label=policy)
-        for r in runs:
-            if r.capacity_tokens is None:
-                ax.axhline(r.block_hit_rate, linestyle="--", color=line[0].get_color(), linewidth=0.8,
-                           label=f"{policy}, unbounded")
-    ax.set_xscale("log")
-    ax.set_xlabel(f"capacity (blocks of {block_tokens} tokens)")
-    ax.set_ylabel("block hit rate")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = folder / CHART_NAME
-    with writing("--out", path):
-        fig.savefig(path)
-    plt.close(fig)
-    return path
+
+    def draw(ax: Any) -> None:
+        for policy, runs in by_policy.items():
+            bounded = [r for r in runs if r.capacity_tokens is not None]
+            line = ax.plot([r.capacity_tokens // block_tokens for r in bounded],  # type: ignore[operator]
+                           [r.block_hit_rate for r in bounded], marker="o", label=policy)
+            for r in runs:
+                if r.capacity_tokens is None:
+                    ax.axhline(r.block_hit_rate, linestyle="--", color=line[0].get_color(), linewidth=0.8,
+                               label=f"{policy}, unbounded")
+
+    return line_chart(folder, CHART_NAME, draw, xlabel=f"capacity (blocks of {block_tokens} tokens)",
+                      ylabel="block hit rate")
 
 
 __all__ = ["capacity", "remote_capacity", "replay_command"]
