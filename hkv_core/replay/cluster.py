@@ -28,16 +28,14 @@ from numpy.typing import NDArray
 from hkv_core.block_keys import BlockHasher, keys_bytes
 from hkv_core.errors import ConfigError
 from hkv_core.events import AllBlocksCleared, BlockRemoved, BlockStored, EventsLost, KVEvent
-from hkv_core.layout import Layout
-from hkv_core.manager import CacheManager, ManagerConfig
-from hkv_core.replay.run import SPARE_PAGES, ReplayConfig, _serve
+from hkv_core.manager import CacheManager
+from hkv_core.replay.run import ReplayConfig, _serve, manager_for
 from hkv_core.replay.tiers import TierReplay
 from hkv_core.replay.trace import TraceRequest, check_requests, prompt_of
 
 __all__ = ["ROUTERS", "ClusterConfig", "ClusterResult", "PrefixRouter", "RemoteTier", "cluster_replay"]
 
 ROUTERS = ("round-robin", "prefix-aware")  # how a cluster replay picks the instance for a request
-KEY_SEED = 0  # the key seed every instance shares (the router hashes prompts with it)
 
 
 @attrs.frozen(kw_only=True)
@@ -150,25 +148,13 @@ def _prefix(keys: Sequence[bytes], held: set[bytes]) -> int:
     return n
 
 
-def _manager(requests: Sequence[TraceRequest], config: ReplayConfig, events: bool) -> CacheManager:
-    """One instance's manager: every pool holds `capacity_tokens` (None: every block of the trace)."""
-    layout = Layout.from_preset(config.layout, block_tokens=config.block_tokens)
-    capacity = config.capacity_tokens
-    if capacity is None:
-        capacity = (len({(i, h) for r in requests for i, h in enumerate(r.hash_ids)}) + SPARE_PAGES) \
-            * config.block_tokens
-    pages = {spec.name: max(1, capacity // spec.tokens_per_page) for spec in layout.pools}
-    return CacheManager(layout, ManagerConfig(pool_pages=pages, max_requests=1, kv_events=events, key_seed=KEY_SEED,
-                                              max_request_tokens=max(r.input_length for r in requests)))
-
-
 def cluster_replay(requests: Sequence[TraceRequest], config: ClusterConfig,
                    progress: Callable[[int], None] | None = None) -> ClusterResult:
     """Route and serve every request; `progress(done)` every 100 requests.  ConfigError as `replay`."""
     base = config.instance
     check_requests(requests, base.block_tokens)
     bt, aware = base.block_tokens, config.router == "prefix-aware"
-    managers = [_manager(requests, base, aware) for _ in range(config.instances)]
+    managers = [manager_for(requests, base, kv_events=aware) for _ in range(config.instances)]
     tiers = [TierReplay(m.layout, base.host_tokens // bt, base.disk_tokens // bt) if base.host_tokens
              or base.disk_tokens else None for m in managers]
     remote = RemoteTier(config.remote_tokens // bt) if config.remote_tokens else None

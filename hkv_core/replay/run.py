@@ -107,8 +107,9 @@ class ReplayResult:
         return out
 
 
-def manager_for(requests: Sequence[TraceRequest], config: ReplayConfig) -> CacheManager:
-    """A manager whose every pool holds `capacity_tokens` (or every block of the trace)."""
+def manager_for(requests: Sequence[TraceRequest], config: ReplayConfig, *, kv_events: bool = False) -> CacheManager:
+    """A manager whose every pool holds `capacity_tokens` (or every block of the trace); key seed 0, shared by
+    every instance of a cluster replay."""
     layout = Layout.from_preset(config.layout, block_tokens=config.block_tokens)
     capacity = config.capacity_tokens
     if capacity is None:
@@ -117,7 +118,7 @@ def manager_for(requests: Sequence[TraceRequest], config: ReplayConfig) -> Cache
     pages = {spec.name: max(1, capacity // spec.tokens_per_page) for spec in layout.pools}
     longest = max(r.input_length for r in requests)
     return CacheManager(layout, ManagerConfig(pool_pages=pages, max_requests=1, max_request_tokens=longest,
-                                              key_seed=0))
+                                              key_seed=0, kv_events=kv_events))
 
 
 Hint = Callable[[CacheManager, int], None]  # told before a request's release: the manager, the request id

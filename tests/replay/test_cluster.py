@@ -19,6 +19,8 @@ from hkv_core.events import EventsLost
 from hkv_core.replay import ReplayConfig, TraceRequest, read_trace, replay
 from hkv_core.replay import cluster as cluster_module
 from hkv_core.replay.cluster import ClusterConfig, PrefixRouter, cluster_replay
+from hkv_core.replay.run import manager_for
+from hkv_core.replay.synthetic import write_trace
 
 MOONCAKE = Path(__file__).resolve().parents[3] / "shared" / "traces" / "mooncake_synthetic_trace.jsonl"
 BT = 4  # tokens per block
@@ -70,7 +72,7 @@ def test_a_router_that_ignores_the_events_is_caught(monkeypatch: pytest.MonkeyPa
 
 
 def test_lost_events_make_an_instance_unknown() -> None:
-    router = PrefixRouter(2, cluster_module._manager(sessions(), PER_INSTANCE, True))
+    router = PrefixRouter(2, manager_for(sessions(), PER_INSTANCE, kv_events=True))
     router.held[0].add(b"x" * 16)
     router.hear(0, [EventsLost(count=3)])
     assert router.held[0] == set()
@@ -99,9 +101,7 @@ def test_bad_cluster_configs_are_config_errors(options: dict[str, object], key: 
 
 def test_cli_sweep_prints_every_configuration_and_draws_the_chart(tmp_path: Path) -> None:
     path = tmp_path / "trace.jsonl"
-    path.write_text("".join(json.dumps({"timestamp": r.timestamp, "input_length": r.input_length,
-                                        "output_length": 1, "hash_ids": list(r.hash_ids)}) + "\n"
-                            for r in sessions(turns=3, prefixes=3)))
+    write_trace(sessions(turns=3, prefixes=3), path)
     args = [sys.executable, "-m", "hkv_cli.main", "replay", str(path), "--block-tokens", str(BT),
             "--capacity-tokens", str(8 * BT), "--instances", "2", "--router", "round-robin", "--router",
             "prefix-aware", "--remote-capacity-tokens", str(64 * BT), "--sweep", "--out", str(tmp_path), "--json"]
@@ -115,9 +115,7 @@ def test_cli_sweep_prints_every_configuration_and_draws_the_chart(tmp_path: Path
 
 def test_cli_without_a_remote_tier_and_with_an_unbounded_one(tmp_path: Path) -> None:
     path = tmp_path / "trace.jsonl"
-    path.write_text("".join(json.dumps({"timestamp": r.timestamp, "input_length": r.input_length,
-                                        "output_length": 1, "hash_ids": list(r.hash_ids)}) + "\n"
-                            for r in sessions(turns=2, prefixes=3)))
+    write_trace(sessions(turns=2, prefixes=3), path)
     base = [sys.executable, "-m", "hkv_cli.main", "replay", str(path), "--block-tokens", str(BT),
             "--capacity-tokens", str(8 * BT), "--instances", "2", "--router", "round-robin", "--json"]
     plain = subprocess.run(base, capture_output=True, text=True)
