@@ -95,7 +95,8 @@ def test_cupy_backend_without_cupy_names_the_extra() -> None:
         pytest.skip("CuPy is installed here")
 
 
-@pytest.mark.parametrize("staging_bytes", [8 << 10, 20 << 10, 1 << 20], ids=["one-entry-pieces", "column-pieces", "layer-pieces"])
+@pytest.mark.parametrize("staging_bytes", [8 << 10, 20 << 10, 1 << 20],
+                         ids=["one-entry-pieces", "column-pieces", "layer-pieces"])
 def test_row_copies_through_staging_pieces_and_pinned_memory_agree(staging_bytes: int) -> None:
     ex = bound(staging_bytes=staging_bytes)
     fill(ex, TAIL)
