@@ -20,7 +20,6 @@ what survived.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
@@ -28,46 +27,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import attrs
 import numpy as np
 from numpy.typing import NDArray
 
 from hkv_core.errors import RecordCorrupt, TierError, TierFull
 from hkv_core.layout import PoolSpec
-from hkv_core.tiers.record import HEADER_BYTES, UNSUMMED, RecordHeader, checksum, pack_header
+from hkv_core.tiers.record import HEADER_BYTES, UNSUMMED, RecordHeader, pack_header
 from hkv_exec_ref.tiers.cache_dir import RECORDS_DIR, CacheDirectory
 from hkv_exec_ref.tiers.disk_store import Buffer, Crash, DiskFaults, DiskStore
 from hkv_exec_ref.tiers.disk_writer import DiskWriter, Record, record_bytes
 from hkv_exec_ref.tiers.host_store import HostStore
-from hkv_exec_ref.tiers.span_io import BLOCK, POINT
-
-
-def record_name(key: NDArray[np.uint64], kind: str = BLOCK) -> str:
-    """A record's name: its block key (2 uint64) as 32 hex digits, `-p` after it for a point record."""
-    return np.asarray(key, "<u8").tobytes().hex() + ("-p" if kind == POINT else "")
-
-
-@attrs.frozen
-class Wanted:
-    """A record a load asks for: its name, kind, block key and token range (each checked against the header)."""
-
-    kind: str
-    key: NDArray[np.uint64] = attrs.field(eq=False)
-    lo: int
-    hi: int
-    nbytes: int = -1  # the payload length the layout gives it (-1: not checked)
-
-    @property
-    def name(self) -> str:
-        return record_name(self.key, self.kind)
-
-
-Loaded = tuple[str, Buffer, float]  # (tier, payload (a view: use it before the next put), seconds the read took)
-
-
-def span_abi_id(pools: Sequence[PoolSpec]) -> str:
-    """One id for the ABI ids of every pool a span holds."""
-    return "span/" + hashlib.blake2b("\n".join(p.abi_id for p in pools).encode(), digest_size=16).hexdigest()
+from hkv_exec_ref.tiers.record_check import Loaded, Wanted, check_record, record_name, span_abi_id
 
 
 class TierCache:
@@ -343,7 +313,8 @@ class TierCache:
         header, data = self.host_headers[name], self.host.view(name)
         try:
             payload = data[HEADER_BYTES:HEADER_BYTES + header.payload_bytes]  # a view: used before any put
-            self._check("host", header, payload, want, checked=header.payload_checksum == UNSUMMED)
+            check_record("host", header, payload, want, fingerprint=self.fingerprint, abi_id=self.abi_id,
+                         checked=header.payload_checksum == UNSUMMED)
         except RecordCorrupt:
             if name in self.moving:  # its extent is being written to disk: freed when the batch settles
                 self.counts["missed_host"] += 1
@@ -361,29 +332,12 @@ class TierCache:
         except TierError:  # RecordCorrupt included
             return None
         try:
-            self._check("disk", header, view, want, checked=True)  # DiskStore.get checked the payload
+            check_record("disk", header, view, want, fingerprint=self.fingerprint, abi_id=self.abi_id,
+                         checked=True)  # DiskStore.get checked the payload
         except RecordCorrupt:
             self.disk.quarantine(name)
             return None
         return "disk", view, time.perf_counter() - began
-
-    def _check(self, tier: str, header: RecordHeader, payload: Buffer, want: Wanted, checked: bool = False) -> None:
-        """RecordCorrupt unless the record is the wanted one of this layout, with intact bytes (`checked`: its
-        payload checksum was already verified)."""
-        lo, hi = want.lo, want.hi
-        problem = ("a record of another layout" if header.layout_fingerprint != self.fingerprint
-                   else f"kind {header.kind!r}, not {want.kind!r}" if header.kind != want.kind
-                   else "another ABI id" if header.abi_id != self.abi_id
-                   else f"tokens [{header.token_start}, {header.token_end}), not [{lo}, {hi})"
-                   if (header.token_start, header.token_end) != (lo, hi)
-                   else "another block key" if not np.array_equal(header.keys, np.asarray(want.key).reshape(1, 2))
-                   else "payload length mismatch" if len(payload) != header.payload_bytes
-                   else f"{header.payload_bytes} payload bytes, the layout's record has {want.nbytes}"
-                   if want.nbytes >= 0 and header.payload_bytes != want.nbytes
-                   else "payload checksum mismatch" if not checked and checksum(payload) != header.payload_checksum
-                   else "")
-        if problem:
-            raise RecordCorrupt(tier=tier, record=want.name, reason=problem)
 
     def report(self) -> dict[str, Any]:
         """Counts and occupancy, for results and --json (after settling the batches already written)."""

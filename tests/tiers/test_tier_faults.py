@@ -17,7 +17,7 @@ import pytest
 from tier_workload import Sessions, pages_leaked, tiny
 
 from hkv_exec_ref.engine import Engine
-from hkv_exec_ref.tiers import DiskFaults, disk_store, disk_writer, span_io, tier_cache
+from hkv_exec_ref.tiers import DiskFaults, disk_store, disk_writer, record_check, span_io
 
 ARMED = 3  # operations each fault hits
 
@@ -77,7 +77,7 @@ def test_broken_variant_records_served_without_checksums_change_outputs(tmp_path
         return bytes(16)
 
     monkeypatch.setattr(disk_store, "checksum", same)
-    monkeypatch.setattr(tier_cache, "checksum", same)
+    monkeypatch.setattr(record_check, "checksum", same)
     monkeypatch.setattr(disk_writer, "checksum", same)
     faults = DiskFaults(seed=3)
     engine = tiny(tmp_path, disk_faults=faults)
