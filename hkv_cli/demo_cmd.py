@@ -18,6 +18,7 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from hkv_cli import demo_remote
 from hkv_cli.errors import FAILED, OK, output_folder, writing
 from hkv_cli.output import console, out, plain, print_json
 from hkv_core.executor import Executor
@@ -29,6 +30,7 @@ from hkv_exec_ref.demo.runner import HF_MODEL, MODELS
 from hkv_exec_ref.demo.workload import MAX_REQUESTS, MAX_SEED, write_trace
 from hkv_exec_ref.engine import DraftSpec
 from hkv_exec_ref.engine.speculative import MAX_DRAFT_TOKENS
+from hkv_exec_ref.tiers.mooncake_master import master_binary
 from hkv_exec_ref.tiny_v4 import Fault
 
 FAULTS = {f.name.lower(): f for f in Fault if f.name and f is not Fault.NONE}
@@ -92,9 +94,14 @@ UNITS = {
               help="tiny-v4: hkv's exact TinyV4; hf-deepseek-v4: a tiny random HF transformers DeepSeek-V4 "
                    "(the hf extra), each response checked against HF over the same calls (not with --tiers, "
                    "--draft-k, --fault or another --executor).")
+@click.option("--remote", is_flag=True,
+              help="Start a local Mooncake Store master (the remote extra) and serve the workload on two instances "
+                   "in two processes, requests alternating, sharing prefixes through it (logs in OUT); not with "
+                   "--tiers, --draft-k, --fault, --executor or --model.")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 def demo_command(requests: int, seed: int, out_dir: str, fault: str | None, draft_k: int,
-                 accept_probability: float, tiers: bool, executor_name: str, model: str, as_json: bool) -> None:
+                 accept_probability: float, tiers: bool, executor_name: str, model: str, remote: bool,
+                 as_json: bool) -> None:
     """Serve a multi-turn and agentic workload on tiny V4 through the cache; check every output.
 
     Prints requests, tokens served, tokens from cache per object kind, hit
@@ -105,8 +112,13 @@ def demo_command(requests: int, seed: int, out_dir: str, fault: str | None, draf
     cfg = WorkloadConfig(requests=requests, seed=seed)
     if model == HF_MODEL and (tiers or draft_k or fault or executor_name != "ref"):
         raise click.UsageError("--model hf-deepseek-v4 runs without --tiers, --draft-k, --fault and --executor")
+    if remote and (tiers or draft_k or fault or executor_name != "ref" or model != "tiny-v4"):
+        raise click.UsageError("--remote runs without --tiers, --draft-k, --fault, --executor and --model")
     make_executor = EXECUTORS[executor_name]()  # NoDevice / MissingDependency (exit 2) before anything is served
     folder = output_folder("--out", Path(out_dir))
+    if remote:
+        master_binary()  # MissingDependency (exit 2) before anything starts
+        demo_remote.run(cfg, folder, as_json)
     trace = folder / TRACE_NAME
     with writing("--out", trace):  # written before serving: an unwritable folder fails at once
         write_trace(generate_trace(cfg), trace)

@@ -13,5 +13,6 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "setting up .venv (pip install -e '.[dev]') ..." >&2
   .venv/bin/python -m pip install --quiet --upgrade pip >&2
   .venv/bin/python -m pip install --quiet -e '.[dev]' >&2
+  sh scripts/setup_remote.sh
   echo "$want" > "$stamp"
 fi

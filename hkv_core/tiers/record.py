@@ -105,12 +105,12 @@ def pack_header(header: RecordHeader) -> bytes:
 
 
 class _Reader:
-    def __init__(self, data: bytes, record: str) -> None:
-        self.data, self.at, self.record = data, 0, record
+    def __init__(self, data: bytes, record: str, tier: str) -> None:
+        self.data, self.at, self.record, self.tier = data, 0, record, tier
 
     def take(self, n: int) -> bytes:
         if self.at + n > len(self.data):
-            raise RecordCorrupt(tier="disk", record=self.record, reason="header truncated")
+            raise RecordCorrupt(tier=self.tier, record=self.record, reason="header truncated")
         out = self.data[self.at:self.at + n]
         self.at += n
         return out
@@ -120,29 +120,30 @@ class _Reader:
         try:
             return self.take(n).decode("utf-8")
         except UnicodeDecodeError:
-            raise RecordCorrupt(tier="disk", record=self.record, reason="header text is not UTF-8") from None
+            raise RecordCorrupt(tier=self.tier, record=self.record, reason="header text is not UTF-8") from None
 
 
-def unpack_header(data: bytes, record: str = "?") -> RecordHeader:
-    """The header of a record's first HEADER_BYTES bytes; RecordCorrupt when anything does not check."""
+def unpack_header(data: bytes, record: str = "?", tier: str = "disk") -> RecordHeader:
+    """The header of a record's first HEADER_BYTES bytes; RecordCorrupt (naming `tier` and `record`) when anything
+    does not check."""
     if len(data) < HEADER_BYTES:
-        raise RecordCorrupt(tier="disk", record=record, reason=f"header of {len(data)} bytes, not {HEADER_BYTES}")
-    r = _Reader(data, record)
+        raise RecordCorrupt(tier=tier, record=record, reason=f"header of {len(data)} bytes, not {HEADER_BYTES}")
+    r = _Reader(data, record, tier)
     magic, version, fingerprint = _FIXED.unpack(r.take(_FIXED.size))
     if magic != MAGIC:
-        raise RecordCorrupt(tier="disk", record=record, reason="not an hkv record (bad magic)")
+        raise RecordCorrupt(tier=tier, record=record, reason="not an hkv record (bad magic)")
     if version != FORMAT_VERSION:
-        raise RecordCorrupt(tier="disk", record=record, reason=f"format version {version}, not {FORMAT_VERSION}")
+        raise RecordCorrupt(tier=tier, record=record, reason=f"format version {version}, not {FORMAT_VERSION}")
     kind, abi_id = r.text(), r.text()
     start, end, count = struct.unpack("<QQI", r.take(20))
     if count > MAX_KEYS:
-        raise RecordCorrupt(tier="disk", record=record, reason=f"{count} keys, more than {MAX_KEYS}")
+        raise RecordCorrupt(tier=tier, record=record, reason=f"{count} keys, more than {MAX_KEYS}")
     keys = np.frombuffer(r.take(KEY_BYTES * count), "<u8").reshape(count, 2).astype(np.uint64)
     (payload_bytes,) = struct.unpack("<Q", r.take(8))
     payload_checksum, body_end = r.take(DIGEST_BYTES), r.at
     if r.take(DIGEST_BYTES) != checksum(data[:body_end]):
-        raise RecordCorrupt(tier="disk", record=record, reason="header checksum mismatch (torn or altered)")
+        raise RecordCorrupt(tier=tier, record=record, reason="header checksum mismatch (torn or altered)")
     if start > end:
-        raise RecordCorrupt(tier="disk", record=record, reason=f"token range [{start}, {end}) is empty backwards")
+        raise RecordCorrupt(tier=tier, record=record, reason=f"token range [{start}, {end}) is empty backwards")
     return RecordHeader(layout_fingerprint=fingerprint.hex(), kind=kind, abi_id=abi_id, token_start=start,
                         token_end=end, keys=keys, payload_bytes=payload_bytes, payload_checksum=payload_checksum)

@@ -36,18 +36,19 @@ from hkv_core.manager import Allocation, CacheManager, Hit, ManagerConfig
 from hkv_core.manager.admit import as_token_array
 from hkv_core.tiers.cost import LoadDecision
 from hkv_exec_ref.engine import state_io
-from hkv_exec_ref.engine.results import ServeResult, cached_by_kind
+from hkv_exec_ref.engine.results import TIER_NAMES, ServeResult, cached_by_kind
 from hkv_exec_ref.engine.speculative import DraftSpec, Proposer, accepted_count
 from hkv_exec_ref.engine.tiered import TierLink, TierOptions
 from hkv_exec_ref.executor import RefExecutor
 from hkv_exec_ref.tiers.cache_dir import stored_key_seed
 from hkv_exec_ref.tiers.disk_store import DiskFaults
+from hkv_exec_ref.tiers.remote_config import RemoteTierConfig
 from hkv_exec_ref.tiny_v4 import Config, Fault, ModelState, TinyV4, state_problems
 from hkv_exec_ref.tiny_v4.numerics import F32, I64, to_host
 
 TINY_PRESET = "tiny_v4"
 TINY_DEFAULTS: dict[str, Any] = {"default_pool_pages": 512, "retain_every_blocks": 2}
-TIERS = ("device", "host", "disk")
+EVICTABLE = ("device", "host", "disk")  # tiers `evict` empties (the shared remote store is not one instance's)
 DEFAULT_DISK_BYTES = 1 << 30  # a disk tier's budget when Engine.tiny gets a directory and no budget
 
 
@@ -95,7 +96,7 @@ class Engine:
              disk_dir: str | Path | None = None, host_bytes: int = 0, disk_bytes: int = DEFAULT_DISK_BYTES,
              load_policy: str = "cost", compute_flops_per_s: float | None = None,
              disk_faults: DiskFaults | None = None, loads_in_flight: int = 4, executor: Executor | None = None,
-             **limits: Any) -> Engine:
+             remote: RemoteTierConfig | None = None, **limits: Any) -> Engine:
         """The tiny_v4 layout, a RefExecutor, a CacheManager(ManagerConfig(**limits)) and TinyV4(seed).
 
         `executor`: another executor to serve through (an unbound hkv_exec_cuda.CudaExecutor: the model then
@@ -105,17 +106,21 @@ class Engine:
         disk tier of `disk_bytes` in `disk_dir` (docs/tiers.md); reopening the same directory after `close()`
         or a crash serves from what survived (the key seed is the one stored there).  `load_policy`
         ("cost", "load", "recompute") decides loads at a hit; `compute_flops_per_s` fixes the compute rate the
-        cost model otherwise measures; `disk_faults` injects disk faults (tests)."""
+        cost model otherwise measures; `disk_faults` injects disk faults (tests).
+
+        With `remote` (a RemoteTierConfig naming a Mooncake Store master), records are also shared with every
+        instance of the same layout, weights and `key_seed` using that master (docs/remote.md); a hit served
+        from it counts in `cached_by_tier["remote"]`.  The key seed must then be given and equal everywhere."""
         layout = Layout.from_preset(TINY_PRESET)
         executor = executor if executor is not None else RefExecutor()
         model = TinyV4(Config.from_hf_config(load_preset_config(TINY_PRESET), seed=seed), xp=executor.xp)
         stored = stored_key_seed(disk_dir)
         config = ManagerConfig(**{"key_seed": seed if stored is None else stored, **TINY_DEFAULTS, **limits})
         tiers = None
-        if disk_dir is not None or host_bytes:
+        if disk_dir is not None or host_bytes or remote is not None:
             tiers = TierOptions(directory=disk_dir, host_bytes=host_bytes, disk_bytes=disk_bytes, policy=load_policy,
                                 compute_flops_per_s=compute_flops_per_s, faults=disk_faults,
-                                loads_in_flight=loads_in_flight)
+                                loads_in_flight=loads_in_flight, remote=remote)
         return cls(model, CacheManager(layout, config), executor, faults=faults, check_states=check_states,
                    tiers=tiers)
 
@@ -212,7 +217,7 @@ class Engine:
         """Force eviction of every unpinned unit of `tier`: device (manager.evict), host (every record moves to
         disk, or is dropped without one), disk (every record deleted); returns units (blocks, resume points,
         records) evicted."""
-        have = TIERS[:1] if self.tiers is None else TIERS if self.tiers.cache.disk is not None else TIERS[:2]
+        have = EVICTABLE[:1] if self.tiers is None else EVICTABLE[:2 + (self.tiers.cache.disk is not None)]
         if tier not in have:
             raise InvalidArgument(action="evict", argument="tier", value=tier,
                                   reason=f"this engine has only {', '.join(have)}")
@@ -244,7 +249,7 @@ class Engine:
     def _from_tiers(self, rid: int, device_tokens: int,
                     prompt_tokens: int) -> tuple[dict[str, int], LoadDecision | None]:
         """Tokens served per tier (the device hit, then what the tiers load) and the tiers' decision."""
-        by_tier = {"device": device_tokens, "host": 0, "disk": 0}
+        by_tier = {**dict.fromkeys(TIER_NAMES, 0), "device": device_tokens}
         if self.tiers is None:
             return by_tier, None
         plan = self.tiers.plan(self.manager, rid, device_tokens, prompt_tokens)

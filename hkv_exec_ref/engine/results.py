@@ -11,7 +11,7 @@ from hkv_core.manager import Reason
 from hkv_core.tiers.cost import LoadDecision
 from hkv_exec_ref.tiny_v4.numerics import F32, I64
 
-TIER_NAMES = ("device", "host", "disk")  # where a served prefix came from
+TIER_NAMES = ("device", "host", "disk", "remote")  # where a served prefix came from
 KINDS = tuple(kind.value for kind in ObjectKind)  # compressed_kv, compressor_tail, swa_window, indexer_state
 
 

@@ -38,24 +38,28 @@ from hkv_core.tiers.cost import Candidate, CostModel, LoadDecision, Rate, recomp
 from hkv_exec_ref.tiers import span_io
 from hkv_exec_ref.tiers.disk_store import DiskFaults
 from hkv_exec_ref.tiers.record_check import Loaded, Wanted, record_name
+from hkv_exec_ref.tiers.remote_config import RemoteTierConfig
 from hkv_exec_ref.tiers.tier_cache import TierCache
 
 DEFAULT_COMPUTE_FLOPS_PER_S = 1e9  # until forward passes are measured
-DEFAULT_RATES = {"host": (5e9, 2e-6), "disk": (1e9, 1e-4)}  # bytes per second, seconds per record
+DEFAULT_RATES = {"host": (5e9, 2e-6), "disk": (1e9, 1e-4), "remote": (1e9, 5e-4)}  # bytes/s, seconds per record
+LOCAL_TIERS = ("host", "disk")
 
 
-def default_cost(policy: str, compute_flops_per_s: float | None) -> CostModel:
-    """Starting rates: the given compute rate (kept) or a default the engine's forward passes replace."""
+def default_cost(policy: str, compute_flops_per_s: float | None, remote: bool = False) -> CostModel:
+    """Starting rates: the given compute rate (kept) or a default the engine's forward passes replace; the
+    tiers' defaults until loads are measured (the remote tier's only with one)."""
     compute = Rate(compute_flops_per_s or DEFAULT_COMPUTE_FLOPS_PER_S, fixed=bool(compute_flops_per_s))
-    return CostModel(compute=compute, tiers={t: Rate(bw, lat) for t, (bw, lat) in DEFAULT_RATES.items()},
-                     policy=policy)
+    tiers = LOCAL_TIERS + ("remote",) * remote
+    return CostModel(compute=compute, tiers={t: Rate(*DEFAULT_RATES[t]) for t in tiers}, policy=policy)
 
 
 @attrs.frozen(kw_only=True)
 class TierOptions:
     """How an engine's tiers are built: a host arena of `host_bytes`, a disk tier in `directory` (None: host
     only) of `disk_bytes`, the decision `policy` (hkv_core.tiers.cost.POLICIES), a compute rate to use instead
-    of measuring one, injected disk faults (tests), and the cap on disk loads in flight."""
+    of measuring one, injected disk faults (tests), the cap on disk loads in flight, and a shared remote tier
+    (`remote`: a Mooncake Store master, docs/remote.md)."""
 
     directory: str | Path | None = None
     host_bytes: int = 0
@@ -64,6 +68,7 @@ class TierOptions:
     compute_flops_per_s: float | None = None
     faults: DiskFaults | None = None
     loads_in_flight: int = 4
+    remote: RemoteTierConfig | None = None
 
     def link(self, manager: CacheManager, model_id: str) -> TierLink:
         """The TierCache (opened on `directory`) and the link between it and `manager`'s pools."""
@@ -71,6 +76,12 @@ class TierOptions:
         if seed is None and self.directory is not None:
             raise ConfigError("a disk tier outlives the process: its keys need a fixed key_seed, not a random one",
                               source="ManagerConfig", key="key_seed")
+        if seed is None and self.remote is not None:
+            raise ConfigError("a remote tier is shared: every instance needs the same fixed key_seed, not a random "
+                              "one", source="ManagerConfig", key="key_seed")
+        if self.remote is not None and not isinstance(self.remote, RemoteTierConfig):
+            raise InvalidArgument(action="Engine", argument="remote", value=self.remote,
+                                  reason=f"must be None or a RemoteTierConfig, got {type(self.remote).__name__}")
         for name in ("host_bytes", "disk_bytes", "loads_in_flight"):
             value = getattr(self, name)
             least = int(name == "loads_in_flight")
@@ -86,11 +97,11 @@ class TierOptions:
             raise InvalidArgument(action="Engine", argument="disk_faults", value=self.faults,
                                   reason=f"must be None or a DiskFaults, got {type(self.faults).__name__}")
         pools = tuple(b.spec for b in manager.bindings())
-        cost = default_cost(self.policy, self.compute_flops_per_s)
+        cost = default_cost(self.policy, self.compute_flops_per_s, remote=self.remote is not None)
         cache = TierCache(pools=pools, layout_fingerprint=manager.layout.fingerprint(), model_id=model_id,
                           key_seed=seed or 0, host_bytes=int(self.host_bytes), directory=self.directory,
                           disk_bytes=int(self.disk_bytes), faults=self.faults,
-                          loads_in_flight=int(self.loads_in_flight))
+                          loads_in_flight=int(self.loads_in_flight), remote=self.remote)
         return TierLink(cache, cost, manager.layout, pools)
 
 
@@ -141,9 +152,10 @@ class TierLink:
         keys = manager.block_keys(rid, device_tokens // self.block)
         retained = set(manager.retained_boundaries(rid, device_tokens, limit)) if limit > device_tokens else set()
         candidates, run = [], _Run(device_tokens)
+        held = self.cache.locate([record_name(key, kind) for key in keys for kind in self.kinds])
         for i, key in enumerate(keys):
             hi = device_tokens + (i + 1) * self.block
-            block, point = (self.cache.where(record_name(key, kind)) if kind in self.kinds else "device"
+            block, point = (held[record_name(key, kind)] if kind in self.kinds else "device"
                             for kind in span_io.KINDS)
             if hi > limit or block is None or (point is None and hi in retained):
                 break
@@ -186,6 +198,10 @@ class TierLink:
             out[tier] += self.block if w.kind == span_io.BLOCK else 0
         span_io.load_all(executor, self.layout, self.pools, alloc, writes, self.cache.loader)
         manager.commit(rid, end - start)
+        for w in wanted:  # what came from the remote store is kept locally too
+            found = got[(w.kind, w.hi)]
+            if found is not None and found[0] == "remote" and w.hi <= end:
+                self.cache.keep_local(w, found[1])
         self.cache.touch(sorted((w.name for w in wanted if w.hi <= end), key=lambda n: (key_hi[n], n)))
         return out
 

@@ -38,15 +38,21 @@ from hkv_exec_ref.tiers.disk_store import Buffer, Crash, DiskFaults, DiskStore
 from hkv_exec_ref.tiers.disk_writer import DiskWriter, Record, record_bytes
 from hkv_exec_ref.tiers.host_store import HostStore
 from hkv_exec_ref.tiers.record_check import Loaded, Wanted, check_record, record_name, span_abi_id
+from hkv_exec_ref.tiers.remote_config import RemoteTierConfig
+from hkv_exec_ref.tiers.remote_store import RemoteStore
 
 
 class TierCache:
-    """Host arena (`host_bytes`) and, with `directory`, a disk store (`disk_bytes`) of block records."""
+    """Host arena (`host_bytes`), with `directory` a disk store (`disk_bytes`), with `remote` a shared Mooncake
+    Store (remote_store.py) of block records."""
 
     def __init__(self, *, pools: Sequence[PoolSpec], layout_fingerprint: str, model_id: str, key_seed: int,
                  host_bytes: int, directory: str | Path | None = None, disk_bytes: int = 0,
-                 faults: DiskFaults | None = None, loads_in_flight: int = 4) -> None:
+                 faults: DiskFaults | None = None, loads_in_flight: int = 4,
+                 remote: RemoteTierConfig | None = None) -> None:
         self.pools, self.fingerprint, self.abi_id = tuple(pools), layout_fingerprint, span_abi_id(pools)
+        self.remote = None if remote is None else RemoteStore(remote, fingerprint=self.fingerprint,
+                                                              abi_id=self.abi_id, model_id=model_id)
         try:
             self.host = HostStore(host_bytes)
         except (MemoryError, ValueError, OverflowError, OSError) as err:
@@ -85,9 +91,12 @@ class TierCache:
         self.counts["restored"] += len(self.disk.sizes)
 
     def close(self) -> None:
-        """Move every host record to disk (durably), stop the threads, release the directory (also when moving
-        fails: the error is raised after the release)."""
+        """Publish what is on its way to the remote store (within a few deadlines), move every host record to
+        disk (durably), stop the threads, release the directory (also when moving fails: the error is raised
+        after the release)."""
         try:
+            if self.remote is not None:
+                self.remote.close(drain=True)  # records on their way to the store go first
             if self.writer is not None:
                 self._demote([n for n in self.host_lru if n not in self.moving])
                 self._settle(self.writer.drain())
@@ -102,6 +111,8 @@ class TierCache:
             self.writer.stop()
         if self.claimed is not None:
             self.claimed.release()
+        if getattr(self, "remote", None) is not None:
+            self.remote.close(drain=False)  # type: ignore[union-attr]
 
     # ------------------------------------------------------------------ store
 
@@ -109,15 +120,24 @@ class TierCache:
         """The tier holding record `name` (host first: a record moving to disk is read from the host), or None."""
         return "host" if name in self.host_lru else "disk" if name in self.disk_lru else None
 
+    def locate(self, names: Sequence[str]) -> dict[str, str | None]:
+        """The tier holding each of `names`: the local tiers first, then one lookup in the remote store."""
+        found = {name: self.where(name) for name in names}
+        if self.remote is not None:
+            found.update(dict.fromkeys(self.remote.locate([n for n, tier in found.items() if tier is None]),
+                                       "remote"))
+        return found
+
     def put(self, kind: str, key: NDArray[np.uint64], lo: int, hi: int, payload: Buffer) -> None:
         """Store a `kind` record of block `key` over tokens [lo, hi) (one already held is only touched)."""
         src = np.frombuffer(payload, np.uint8)
         self.store(kind, key, lo, hi, len(src), lambda out: np.copyto(out, src))
 
     def store(self, kind: str, key: NDArray[np.uint64], lo: int, hi: int, nbytes: int,
-              fill: Callable[[NDArray[np.uint8]], None]) -> None:
+              fill: Callable[[NDArray[np.uint8]], None], publish: bool = True) -> None:
         """Store a record whose `nbytes` of payload `fill(out)` writes straight into its place (the host arena,
-        or a buffer for the disk when it cannot fit the arena); one already held is only touched.  If `fill`
+        or a buffer for the disk or the remote store when it cannot fit the arena); one already held is only
+        touched.  With `publish` and a remote tier, the record is also put into the shared store.  If `fill`
         raises, nothing is stored."""
         if self.writer is not None:
             self._settle(self.writer.reap())
@@ -137,12 +157,18 @@ class TierCache:
             self.host_headers[name] = header  # parsed once: host reads and demotions check it, not the bytes
             self.host_lru[name] = None
             self.counts["stored_host"] += 1
+            if publish and self.remote is not None:
+                self.remote.publish(name, header, image[HEADER_BYTES:])
             self._demote_early()
-        elif self.writer is not None:
+        elif self.writer is not None or (publish and self.remote is not None):
             payload = np.empty(nbytes, np.uint8)
             fill(payload)
-            self.moving.add(name)
-            self._submit([(name, self._header(kind, key, lo, hi, payload), payload)])
+            header = self._header(kind, key, lo, hi, payload)
+            if publish and self.remote is not None:
+                self.remote.publish(name, header, payload)
+            if self.writer is not None:
+                self.moving.add(name)
+                self._submit([(name, header, payload)])
 
     def _header(self, kind: str, key: NDArray[np.uint64], lo: int, hi: int, payload: Buffer) -> RecordHeader:
         """A record's header; its payload checksum is left UNSUMMED: the writer thread computes it on the way to
@@ -288,14 +314,22 @@ class TierCache:
 
     def fetch(self, wanted: Sequence[Wanted]) -> list[Loaded | None]:
         """Each wanted record's checked payload with its tier and the seconds its read took, or None (a miss: not
-        held, unreadable, or failing a check - quarantined).  Disk reads run on the loader threads."""
+        held, unreadable, or failing a check - quarantined).  Disk reads run on the loader threads; what no local
+        tier holds is asked of the remote store in one batch meanwhile (its payloads stay valid until the next
+        fetch)."""
         jobs: list[Any] = []
-        for want in wanted:
+        distant: list[int] = []  # wanted records no local tier holds
+        for i, want in enumerate(wanted):
             tier = self.where(want.name)
             if tier == "disk":
                 jobs.append(self.loader.submit(self._read_disk, want))
             else:
                 jobs.append(self._read_host(want) if tier == "host" else None)
+                distant += [i] if tier is None else []
+        if self.remote is not None:
+            for i, got in zip(distant, self.remote.fetch([wanted[i] for i in distant]), strict=True):
+                jobs[i] = got
+                self.counts["loaded_remote" if got is not None else "missed_remote"] += 1
         out = [job.result() if hasattr(job, "result") else job for job in jobs]
         for want, got in zip(wanted, out, strict=True):
             if got is not None and got[0] == "disk":
@@ -307,6 +341,13 @@ class TierCache:
                     self.disk.remove(want.name)
                 self.counts["missed_disk"] += 1
         return out
+
+    def keep_local(self, want: Wanted, payload: Buffer) -> None:
+        """A record loaded from the remote store, kept in the local tiers too (not published again)."""
+        if self.host.budget or self.writer is not None:
+            src = np.frombuffer(payload, np.uint8)
+            self.store(want.kind, want.key, want.lo, want.hi, len(src), lambda out: np.copyto(out, src),
+                       publish=False)
 
     def _read_host(self, want: Wanted) -> Loaded | None:
         began, name = time.perf_counter(), want.name
@@ -350,4 +391,6 @@ class TierCache:
                        disk_budget_bytes=self.disk.budget, disk_counts=dict(self.disk.counts),
                        faults_fired=dict(self.disk.faults.fired),
                        direct_io=self.disk.direct_io, direct_io_fallback=self.disk.fallback_reason)
+        if self.remote is not None:
+            out["remote"] = self.remote.report()
         return out

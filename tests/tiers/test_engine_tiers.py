@@ -36,18 +36,20 @@ def test_every_result_says_where_its_prefix_came_from(tmp_path: Path) -> None:
     engine = tiny(tmp_path)
     prompt = np.arange(40) % 64
     first = engine.generate(prompt, 3)
-    assert first.cached_by_tier == {"device": 0, "host": 0, "disk": 0}
+    assert first.cached_by_tier == {"device": 0, "host": 0, "disk": 0, "remote": 0}
     assert first.tier_decision is not None and first.tier_decision.action == "none"
     engine.evict("device")
     again = engine.generate(prompt, 3)
-    assert again.cached_by_tier == {"device": 0, "host": 32, "disk": 0}  # 5 blocks kept, the last one computed
+    # 5 blocks kept, the last one computed
+    assert again.cached_by_tier == {"device": 0, "host": 32, "disk": 0, "remote": 0}
     assert again.tier_decision is not None and again.tier_decision.action == "load"
     assert again.tier_decision.load_tokens == {"host": 32, "disk": 0}
     assert again.same_outputs(first) and engine.matches_recompute(prompt, again)
     engine.evict("device")
     assert engine.evict("host") == 8  # 5 block records; point records at the kept points 16, 32 and 40
     from_disk = engine.generate(prompt, 3)
-    assert from_disk.cached_by_tier == {"device": 0, "host": 0, "disk": 32} and from_disk.same_outputs(first)
+    assert from_disk.cached_by_tier == {"device": 0, "host": 0, "disk": 32, "remote": 0}
+    assert from_disk.same_outputs(first)
     engine.close()
 
 

@@ -1,0 +1,56 @@
+"""Connecting to a Mooncake Store master: the `remote` extra's client, checked before it is used.
+
+`connect(config)` imports `mooncake.store` (MissingDependency naming the extra, or the system libraries the
+wheel needs, when it cannot), makes sure a master answers at `config.master` first (the client's own setup
+would wait 90 s for one that is not there), and sets the client up, its transfer engine listening on
+`config.local_hostname` (MC_TCP_BIND_ADDRESS, unless set); TierError (tier "remote") when it refuses.  The
+client logs through glog, which reads GLOG_minloglevel only when the process starts.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+from hkv_core.errors import MissingDependency, TierError
+from hkv_exec_ref.tiers.remote_config import RemoteTierConfig
+
+LOG_LEVEL_ENV = "GLOG_minloglevel"  # glog's own spelling: 1 keeps warnings and errors (read at process start)
+BIND_ENV = "MC_TCP_BIND_ADDRESS"  # where the client's transfer engine listens (else: the first active interface)
+SYSTEM_LIBRARIES = "libibverbs1 librdmacm1 libnuma1"  # what the Mooncake wheel links against (apt packages)
+
+
+def listening(host: str, port: int, timeout_s: float = 0.2) -> bool:
+    """Something accepts TCP connections at host:port."""
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError:
+        return False
+    return True
+
+
+def store_class() -> Any:
+    """`mooncake.store.MooncakeDistributedStore`; MissingDependency without the extra or its system libraries."""
+    try:
+        from mooncake.store import MooncakeDistributedStore  # type: ignore[import-not-found,unused-ignore]
+    except ImportError as err:
+        package = (f"the system libraries {SYSTEM_LIBRARIES} (apt-get install)" if ".so" in str(err)
+                   else "mooncake-transfer-engine-non-cuda")
+        raise MissingDependency(package=package, extra="remote", action="the remote tier") from err
+    return MooncakeDistributedStore
+
+
+def connect(config: RemoteTierConfig) -> Any:
+    """A Mooncake Store client set up against `config`'s master (see the module docstring)."""
+    cls = store_class()
+    host, port = config.master.rsplit(":", 1)
+    if not listening(host, int(port), timeout_s=min(config.deadline_s, 2.0)):
+        raise TierError(tier="remote", record=config.master, reason="no Mooncake master answers there")
+    os.environ.setdefault(BIND_ENV, config.local_hostname)  # listen where it says it is: loopback in tests
+    client = cls()
+    rc = client.setup(config.local_hostname, config.metadata, config.segment_bytes, config.buffer_bytes,
+                      config.protocol, config.device, config.master)
+    if rc != 0:
+        raise TierError(tier="remote", record=config.master, reason=f"the Mooncake client's setup returned {rc}")
+    return client
