@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import subprocess
 import sys
 import time
@@ -24,7 +23,6 @@ import attrs
 
 from hkv_core.errors import TierError
 from hkv_exec_ref.demo.workload import WorkloadConfig, generate_trace, prompt_tokens
-from hkv_exec_ref.tiers.mooncake_client import LOG_LEVEL_ENV
 from hkv_exec_ref.tiers.mooncake_master import MooncakeMaster
 from hkv_exec_ref.tiers.remote_config import RemoteTierConfig
 
@@ -39,12 +37,11 @@ class InstanceProcess:
     def __init__(self, remote: RemoteTierConfig, engine: dict[str, Any], log: Path | None = None) -> None:
         fields = attrs.asdict(remote, filter=lambda a, _: a.name != "faults")
         job = json.dumps({"remote": fields, "engine": engine})
-        env = {**os.environ, LOG_LEVEL_ENV: os.environ.get(LOG_LEVEL_ENV, "2")}
         stderr: IO[bytes] | int = open(log, "ab") if log is not None else subprocess.DEVNULL  # noqa: SIM115
         try:
             self.process = subprocess.Popen([sys.executable, "-m", "hkv_exec_ref.demo.remote_instance", job],
                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
-                                            env=env, text=True)
+                                            text=True)
         finally:
             if not isinstance(stderr, int):
                 stderr.close()

@@ -4,7 +4,7 @@
 wheel needs, when it cannot), makes sure a master answers at `config.master` first (the client's own setup
 would wait 90 s for one that is not there), and sets the client up, its transfer engine listening on
 `config.local_hostname` (MC_TCP_BIND_ADDRESS, unless set); TierError (tier "remote") when it refuses.  The
-client logs through glog, which reads GLOG_minloglevel only when the process starts.
+client logs errors only (MC_LOG_LEVEL=ERROR, unless set).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from hkv_core.errors import MissingDependency, TierError
 from hkv_exec_ref.tiers.remote_config import RemoteTierConfig
 
 LOG_LEVEL_ENV = "GLOG_minloglevel"  # glog's own spelling: 1 keeps warnings and errors (read at process start)
+MOONCAKE_LOG_ENV = "MC_LOG_LEVEL"  # the Mooncake client's own log level (read when it starts logging)
 BIND_ENV = "MC_TCP_BIND_ADDRESS"  # where the client's transfer engine listens (else: the first active interface)
 SYSTEM_LIBRARIES = "libibverbs1 librdmacm1 libnuma1"  # what the Mooncake wheel links against (apt packages)
 
@@ -32,6 +33,7 @@ def listening(host: str, port: int, timeout_s: float = 0.2) -> bool:
 
 def store_class() -> Any:
     """`mooncake.store.MooncakeDistributedStore`; MissingDependency without the extra or its system libraries."""
+    os.environ.setdefault(MOONCAKE_LOG_ENV, "ERROR")  # unless the embedding engine says otherwise: errors only
     try:
         from mooncake.store import MooncakeDistributedStore  # type: ignore[import-not-found,unused-ignore]
     except ImportError as err:

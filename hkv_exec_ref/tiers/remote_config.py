@@ -34,6 +34,7 @@ class RemoteFaults:
     slow_seconds: float = 0.5
     flip_byte: int = 0  # the next published records each have one payload byte altered
     truncate: int = 0  # the next published records each lose their last half
+    foreign_layout: int = 0  # the next published records each claim another layout (their header still checks)
     fired: Counter[str] = attrs.field(factory=Counter)
 
     def take(self, name: str) -> bool:

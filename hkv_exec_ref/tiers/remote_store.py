@@ -12,7 +12,8 @@ digest keeps instances with other weights apart.
 - `locate` asks which records the store holds (one `batch_is_exist`), `fetch` gets the wanted ones
   (one `batch_get_into` into staging slots) - each within `deadline_s`, else a miss.  Every record fetched is
   checked (length, header, layout, kind, ABI id, range, key, checksum); one that fails is removed from the
-  store, remembered as bad (never located or served again by this instance) and counted.
+  store, remembered as bad (not located again by this instance until it publishes that record itself) and
+  counted.
 - A failed or late operation marks the tier unavailable for `retry_s`: meanwhile it is not asked (serving goes
   on from the local tiers or by recomputing); after it, the next operation tries again, so the tier comes back
   by itself when the master does (the Mooncake client reconnects).
@@ -47,6 +48,7 @@ from hkv_exec_ref.tiers.remote_config import RemoteFaults, RemoteTierConfig
 TIER = "remote"
 NOT_FOUND = -704  # Mooncake: no such object (never stored, evicted, or removed)
 TOO_SMALL = -600  # Mooncake: the object does not fit the buffer (longer than the layout's record)
+FOREIGN_FINGERPRINT = "f" * 32  # the foreign_layout fault's: no layout has it
 Slot = tuple[str, NDArray[np.uint8]]  # a staging slot: its name in the arena, its bytes
 T = TypeVar("T")
 
@@ -131,6 +133,7 @@ class RemoteStore:
         if not self.available:
             self._count("publish_skipped")
             return
+        self.bad.discard(name)  # recomputed here: what this instance puts under the name is good
         src = np.frombuffer(payload, np.uint8)
         slot = self._slot(HEADER_BYTES + len(src))
         if slot is None and self.publishing:
@@ -149,6 +152,8 @@ class RemoteStore:
         try:
             if header.payload_checksum == UNSUMMED:
                 header = attrs.evolve(header, payload_checksum=checksum(image[HEADER_BYTES:]))
+            if self.faults.take("foreign_layout"):
+                header = attrs.evolve(header, layout_fingerprint=FOREIGN_FINGERPRINT)
             image[:HEADER_BYTES] = np.frombuffer(pack_header(header), np.uint8)
             length = self._damage(image, header.payload_bytes)
             key = self.key(name)
