@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import select
 import subprocess
 import sys
 import time
@@ -54,6 +55,10 @@ class InstanceProcess:
             self.process.stdin.flush()
         except BrokenPipeError:
             pass  # it ended: its last line says why
+        ready, _, _ = select.select([self.process.stdout], [], [], ANSWER_TIMEOUT_S)  # one line per request
+        if not ready:
+            self.process.kill()
+            raise TierError(tier="remote", record="instance", reason=f"no answer within {ANSWER_TIMEOUT_S:.0f} s")
         line = self.process.stdout.readline()
         answer: dict[str, Any] = json.loads(line) if line else {"error": "exited", "message": "no answer"}
         if "error" in answer:

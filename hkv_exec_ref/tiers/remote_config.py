@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -38,11 +39,15 @@ class RemoteFaults:
     fired: Counter[str] = attrs.field(factory=Counter)
 
     def take(self, name: str) -> bool:
-        left = int(getattr(self, name))
-        if left:
-            setattr(self, name, left - 1)
-            self.fired[name] += 1
+        with _FAULT_LOCK:  # puts run on worker threads
+            left = int(getattr(self, name))
+            if left:
+                setattr(self, name, left - 1)
+                self.fired[name] += 1
         return left > 0
+
+
+_FAULT_LOCK = threading.Lock()
 
 
 def _at_least(least: int) -> Validator:

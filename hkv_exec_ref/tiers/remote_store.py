@@ -208,13 +208,15 @@ class RemoteStore:
 
     def fetch(self, wanted: Sequence[Wanted]) -> list[Loaded | None]:
         """Each wanted record's checked payload (a view valid until the next fetch) with the seconds its share of
-        the batch took, or None: not held, late, or failing a check (then removed from the store and counted)."""
+        the batch took, or None: not held, late, failing a check (then removed from the store and counted), or
+        without a room of its size in the staging arena (`fetch_no_room`; a record the load does not size,
+        `nbytes` -1, is never fetched: its slot is sized to the layout's record)."""
         self.release()
         out: list[Loaded | None] = [None] * len(wanted)
         if not wanted or not self.available:
             self._count("fetch_skipped", len(wanted))
             return out
-        slots = [self._slot(HEADER_BYTES + max(want.nbytes, 0)) for want in wanted]
+        slots = [self._slot(HEADER_BYTES + want.nbytes) if want.nbytes >= 0 else None for want in wanted]
         asked = [(i, slot) for i, slot in enumerate(slots) if slot is not None]
         self._count("fetch_no_room", len(wanted) - len(asked))
         began = time.perf_counter()

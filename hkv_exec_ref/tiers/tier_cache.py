@@ -51,13 +51,13 @@ class TierCache:
                  faults: DiskFaults | None = None, loads_in_flight: int = 4,
                  remote: RemoteTierConfig | None = None) -> None:
         self.pools, self.fingerprint, self.abi_id = tuple(pools), layout_fingerprint, span_abi_id(pools)
-        self.remote = None if remote is None else RemoteStore(remote, fingerprint=self.fingerprint,
-                                                              abi_id=self.abi_id, model_id=model_id)
         try:
             self.host = HostStore(host_bytes)
         except (MemoryError, ValueError, OverflowError, OSError) as err:
             raise TierError(tier="host", record="arena", reason=f"cannot preallocate {host_bytes:,} bytes "
                             f"({type(err).__name__})") from None
+        self.remote = None if remote is None else RemoteStore(remote, fingerprint=self.fingerprint,
+                                                              abi_id=self.abi_id, model_id=model_id)
         self.host_lru: OrderedDict[str, None] = OrderedDict()
         self.host_headers: dict[str, RecordHeader] = {}  # each host record's header, as packed into its image
         self.disk_lru: OrderedDict[str, None] = OrderedDict()

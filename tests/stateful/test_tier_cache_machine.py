@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
 from hkv_core import Layout
-from hkv_exec_ref.tiers import DiskFaults, TierCache, disk_store, disk_writer, tier_cache
+from hkv_exec_ref.tiers import DiskFaults, TierCache, disk_store, disk_writer, record_check
+from hkv_exec_ref.tiers.record_check import Wanted, record_name
 from hkv_exec_ref.tiers.span_io import KINDS
-from hkv_exec_ref.tiers.tier_cache import Wanted, record_name
 
 LAYOUT = Layout.from_preset("tiny_v4")
 FAULTS = ("eio_write", "enospc_write", "eio_read", "torn_write", "flip_byte")
@@ -144,7 +144,7 @@ def test_the_machine_catches_a_cache_that_serves_without_checksums(monkeypatch: 
         return bytes(16)
 
     monkeypatch.setattr(disk_store, "checksum", same)
-    monkeypatch.setattr(tier_cache, "checksum", same)
+    monkeypatch.setattr(record_check, "checksum", same)
     monkeypatch.setattr(disk_writer, "checksum", same)
     quick = settings(max_examples=200, stateful_step_count=25, deadline=None, database=None, phases=[Phase.generate],
                      derandomize=True)
