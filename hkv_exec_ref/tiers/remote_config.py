@@ -39,6 +39,7 @@ class RemoteFaults:
     fired: Counter[str] = attrs.field(factory=Counter)
 
     def take(self, name: str) -> bool:
+        """Whether fault `name` fires now (then one fewer is left, and it is counted in `fired`)."""
         with _FAULT_LOCK:  # puts run on worker threads
             left = int(getattr(self, name))
             if left:

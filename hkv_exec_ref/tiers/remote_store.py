@@ -79,6 +79,7 @@ class RemoteStore:
     # ------------------------------------------------------------------ state
 
     def key(self, name: str) -> str:
+        """Record `name`'s key in the store: `<namespace>/<model digest>/<name>`."""
         return self.prefix + name
 
     @property
