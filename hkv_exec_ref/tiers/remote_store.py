@@ -12,8 +12,8 @@ digest keeps instances with other weights apart.
 - `locate` asks which records the store holds (one `batch_is_exist`), `fetch` gets the wanted ones
   (one `batch_get_into` into staging slots) - each within `deadline_s`, else a miss.  Every record fetched is
   checked (length, header, layout, kind, ABI id, range, key, checksum); one that fails is removed from the
-  store, remembered as bad (not located again by this instance until it publishes that record itself) and
-  counted.
+  store, remembered as bad (not located or fetched again by this instance until it publishes that record
+  itself) and counted.
 - A failed or late operation marks the tier unavailable for `retry_s`: meanwhile it is not asked (serving goes
   on from the local tiers or by recomputing); after it, the next operation tries again, so the tier comes back
   by itself when the master does (the Mooncake client reconnects).
@@ -54,20 +54,28 @@ T = TypeVar("T")
 
 
 class RemoteStore:
-    """One instance's view of a shared Mooncake Store (see the module docstring)."""
+    """One instance's view of a shared Mooncake Store (see the module docstring).  With `client` (a Mooncake
+    client already set up, e.g. shared by several stores in one process) no connection is made and `close`
+    leaves that client open; otherwise the store connects (`mooncake_client.connect`) and closes its own."""
 
     def __init__(self, config: RemoteTierConfig, *, fingerprint: str, abi_id: str, model_id: str,
                  client: Any = None) -> None:
         self.config, self.fingerprint, self.abi_id = config, fingerprint, abi_id
         self.prefix = f"{config.namespace}/{hashlib.blake2b(model_id.encode(), digest_size=8).hexdigest()}/"
         self.faults = config.faults if config.faults is not None else RemoteFaults()
-        self.client = client if client is not None else connect(config)
         self.counts: Counter[str] = Counter()
         self.problems: Counter[str] = Counter()  # why records were dropped
         self.lock = threading.Lock()  # counts, staging, availability: workers report on their threads
-        self.staging = HostStore(config.staging_bytes)
+        self.staging = HostStore(config.staging_bytes)  # before connecting: a failed allocation leaves no client
+        self.owns_client = client is None
+        self.client = client if client is not None else connect(config)
         base = self.staging.arena.ctypes.data
-        self.registered = bool(config.zero_copy) and self.client.register_buffer(base, self.staging.budget) == 0
+        try:
+            self.registered = bool(config.zero_copy) and self.client.register_buffer(base, self.staging.budget) == 0
+        except BaseException:
+            if self.owns_client:
+                self.client.close()
+            raise
         self._slot_ids = itertools.count()
         self.pool = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="hkv-remote")
         self.publishing: deque[Future[None]] = deque()
@@ -209,17 +217,20 @@ class RemoteStore:
 
     def fetch(self, wanted: Sequence[Wanted]) -> list[Loaded | None]:
         """Each wanted record's checked payload (a view valid until the next fetch) with the seconds its share of
-        the batch took, or None: not held, late, failing a check (then removed from the store and counted), or
-        without a room of its size in the staging arena (`fetch_no_room`; a record the load does not size,
-        `nbytes` -1, is never fetched: its slot is sized to the layout's record)."""
+        the batch took, or None: not held, late, failing a check (then removed from the store and counted), found
+        bad before, or without a room of its size in the staging arena (`fetch_no_room`; a record the load does
+        not size, `nbytes` -1, is never fetched: its slot is sized to the layout's record)."""
         self.release()
         out: list[Loaded | None] = [None] * len(wanted)
         if not wanted or not self.available:
             self._count("fetch_skipped", len(wanted))
             return out
-        slots = [self._slot(HEADER_BYTES + want.nbytes) if want.nbytes >= 0 else None for want in wanted]
+        slots = [self._slot(HEADER_BYTES + want.nbytes) if want.nbytes >= 0 and want.name not in self.bad else None
+                 for want in wanted]
         asked = [(i, slot) for i, slot in enumerate(slots) if slot is not None]
-        self._count("fetch_no_room", len(wanted) - len(asked))
+        known_bad = sum(want.name in self.bad for want in wanted)
+        self._count("fetch_known_bad", known_bad)
+        self._count("fetch_no_room", len(wanted) - len(asked) - known_bad)
         began = time.perf_counter()
         future = self.pool.submit(self._get_batch, [self.key(wanted[i].name) for i, _ in asked],
                                   [slot for _, slot in asked])
@@ -309,7 +320,8 @@ class RemoteStore:
 
     def close(self, drain: bool = True) -> None:
         """With `drain`, wait (at most a few deadlines) for records on their way; stop the workers, unregister the
-        staging arena and close the client (the store forgets the records this instance's segment held)."""
+        staging arena and close the client if it is the store's own (the store forgets the records this
+        instance's segment held)."""
         if self.closed:
             return
         self.closed = True
@@ -319,7 +331,8 @@ class RemoteStore:
         self.pool.shutdown(wait=True, cancel_futures=True)
         if self.registered:
             self.client.unregister_buffer(self.staging.arena.ctypes.data)
-        self.client.close()
+        if self.owns_client:
+            self.client.close()
 
     def report(self) -> dict[str, Any]:
         """Counts, why records were dropped, availability and staging use (for results and --json)."""
