@@ -100,7 +100,7 @@ class RemoteDemoReport:
 
 
 def run_remote_demo(cfg: WorkloadConfig, *, progress: Callable[[int], None] | None = None,
-                    log_dir: Path | None = None, load_policy: str = "load") -> RemoteDemoReport:
+                    log_dir: Path | None = None, load_policy: str = "cost") -> RemoteDemoReport:
     """Serve the workload alternately on two instances sharing a local master (see the module docstring)."""
     trace = generate_trace(cfg)
     began = time.perf_counter()
