@@ -56,8 +56,7 @@ class TierCache:
         except (MemoryError, ValueError, OverflowError, OSError) as err:
             raise TierError(tier="host", record="arena", reason=f"cannot preallocate {host_bytes:,} bytes "
                             f"({type(err).__name__})") from None
-        self.remote = None if remote is None else RemoteStore(remote, fingerprint=self.fingerprint,
-                                                              abi_id=self.abi_id, model_id=model_id)
+        self.remote: RemoteStore | None = None
         self.host_lru: OrderedDict[str, None] = OrderedDict()
         self.host_headers: dict[str, RecordHeader] = {}  # each host record's header, as packed into its image
         self.disk_lru: OrderedDict[str, None] = OrderedDict()
@@ -70,6 +69,13 @@ class TierCache:
         if self.directory is not None:
             self._open(model_id, key_seed, disk_bytes, faults)
         self.loader = ThreadPoolExecutor(max_workers=max(1, loads_in_flight), thread_name_prefix="hkv-load")
+        if remote is not None:  # last: nothing after it can fail and leave its client open
+            try:
+                self.remote = RemoteStore(remote, fingerprint=self.fingerprint, abi_id=self.abi_id,
+                                          model_id=model_id)
+            except BaseException:
+                self.abandon()  # the directory released, the threads stopped
+                raise
 
     # ------------------------------------------------------------------ directory
 
@@ -111,8 +117,8 @@ class TierCache:
             self.writer.stop()
         if self.claimed is not None:
             self.claimed.release()
-        if getattr(self, "remote", None) is not None:
-            self.remote.close(drain=False)  # type: ignore[union-attr]
+        if self.remote is not None:
+            self.remote.close(drain=False)
 
     # ------------------------------------------------------------------ store
 

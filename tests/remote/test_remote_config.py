@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import needs_mooncake
@@ -12,7 +13,7 @@ from remote_helpers import threads
 
 from hkv_core.errors import ConfigError, InvalidArgument, MissingDependency, TierError
 from hkv_exec_ref import Engine, RemoteTierConfig
-from hkv_exec_ref.tiers import mooncake_client
+from hkv_exec_ref.tiers import mooncake_client, remote_store
 from hkv_exec_ref.tiers.mooncake_master import MooncakeMaster, free_port
 
 GOOD = {"master": "127.0.0.1:50051", "metadata": "http://127.0.0.1:8089/metadata"}
@@ -70,3 +71,30 @@ def test_a_master_that_exits_at_once_is_a_tier_error(tmp_path: Path) -> None:
     with pytest.raises(TierError) as raised:
         master.start()
     assert raised.value.tier == "remote" and "exit code 1" in raised.value.reason and not master.running
+
+
+@needs_mooncake
+def test_an_engine_refused_after_connecting_leaves_no_client_open(master: MooncakeMaster, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    opened: list[Any] = []
+
+    class Counted:  # the real client, its close noted
+        def __init__(self, client: Any) -> None:
+            self.client = client
+            opened.append(self)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.client, name)
+
+        def close(self) -> None:
+            opened.remove(self)
+            self.client.close()
+
+    real = remote_store.connect
+    monkeypatch.setattr(remote_store, "connect", lambda config: Counted(real(config)))
+    first = Engine.tiny(0, key_seed=1, disk_dir=tmp_path / "cache", remote=master.config())
+    with pytest.raises(TierError, match="in use by another cache"):
+        Engine.tiny(0, key_seed=1, disk_dir=tmp_path / "cache", remote=master.config())
+    assert len(opened) == 1  # only the first engine's
+    first.close()
+    assert opened == []
