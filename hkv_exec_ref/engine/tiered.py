@@ -181,6 +181,7 @@ class TierLink:
         key = {hi: plan.keys[(hi - start) // self.block - 1] for hi in his}
         wanted = [self._want(span_io.BLOCK, key[hi], hi) for hi in his if span_io.BLOCK in self.kinds]
         wanted += [self._want(span_io.POINT, key[hi], hi) for hi in points if span_io.POINT in self.kinds]
+        wanted.sort(key=lambda w: (w.hi, w.kind == span_io.POINT))  # prefix order: what fits a tier's room is usable
         key_hi = {w.name: w.hi for w in wanted}  # touched head to tail, each block's records together
         got = dict(zip([(w.kind, w.hi) for w in wanted], self.cache.fetch(wanted), strict=True))
         end = self._deepest_end(start, sorted(ends), plan.retained, got)

@@ -83,3 +83,17 @@ def test_a_remote_load_is_kept_in_the_host_tier(master: MooncakeMaster) -> None:
     assert b.matches_recompute(longer(head, 133), again)
     a.close()
     b.close()
+
+
+def test_a_staging_arena_smaller_than_the_hit_still_loads_the_prefix_that_fits(master: MooncakeMaster) -> None:
+    a, b = engine(master), engine(master, remote={"staging_bytes": 64 << 10})  # 8 slots: not the 38 records
+    head = prompt(141)
+    a.generate(head, 2)
+    published(a)
+    tokens = longer(head, 142)
+    got = b.generate(tokens, 2)
+    counts = store(b).counts
+    assert counts["fetch_no_room"] > 0  # the hit is larger than the arena
+    assert got.cached_by_tier["remote"] == 32 and b.matches_recompute(tokens, got)  # blocks 1-4 and their points
+    a.close()
+    b.close()
