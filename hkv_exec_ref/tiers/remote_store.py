@@ -126,6 +126,7 @@ class RemoteStore:
         try:
             return future.result(timeout=self.config.deadline_s)
         except FutureTimeout:
+            future.cancel()  # still queued behind a stuck call: never run it (the queue would grow while it hangs)
             self._count(f"{what}_timeout")
             self._down(f"{what} past the {self.config.deadline_s} s deadline")
         except Exception as err:  # the client raised: whatever it was, the tier is not usable now
@@ -236,7 +237,8 @@ class RemoteStore:
                                   [slot for _, slot in asked])
         try:
             codes = future.result(timeout=self.config.deadline_s)
-        except FutureTimeout:  # its slots are freed once the late get is done with them
+        except FutureTimeout:  # its slots are freed once the late get is done with them (at once if it never ran)
+            future.cancel()
             future.add_done_callback(lambda _: self._free([slot[0] for _, slot in asked]))
             self._count("get_timeout", len(asked))
             self._down(f"get past the {self.config.deadline_s} s deadline")
