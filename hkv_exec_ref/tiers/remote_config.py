@@ -25,6 +25,7 @@ PROTOCOLS = ("tcp", "rdma")  # Mooncake transfer engine protocols
 _HOST_PORT = re.compile(r"^[A-Za-z0-9_.\-]+:\d{1,5}$")
 _URL = re.compile(r"^https?://[A-Za-z0-9_.\-]+:\d{1,5}/\S*$")
 _NAMESPACE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+MIN_SEGMENT_BYTES = 16 << 20  # Mooncake's client refuses a smaller segment (its setup returns -600)
 
 
 @attrs.define
@@ -97,7 +98,7 @@ class RemoteTierConfig:
     protocol: str = attrs.field(default="tcp", validator=_protocol)
     device: str = ""  # the RDMA device names (rdma only)
     namespace: str = attrs.field(default="hkv", validator=_matches(_NAMESPACE, "hkv"))  # key prefix in the store
-    segment_bytes: int = attrs.field(default=64 << 20, validator=_at_least(1 << 20))
+    segment_bytes: int = attrs.field(default=64 << 20, validator=_at_least(MIN_SEGMENT_BYTES))
     buffer_bytes: int = attrs.field(default=16 << 20, validator=_at_least(1 << 20))
     staging_bytes: int = attrs.field(default=16 << 20, validator=_at_least(1 << 16))
     deadline_s: float = attrs.field(default=0.5, validator=_seconds)  # a lookup or get slower than this: a miss

@@ -22,7 +22,8 @@ GOOD = {"master": "127.0.0.1:50051", "metadata": "http://127.0.0.1:8089/metadata
 @pytest.mark.parametrize("key, value", [
     ("master", "127.0.0.1"), ("master", "http://127.0.0.1:1"), ("master", 50051),
     ("metadata", "127.0.0.1:8089/metadata"), ("metadata", ""),
-    ("protocol", "udp"), ("segment_bytes", 1024), ("segment_bytes", True), ("buffer_bytes", -1),
+    ("protocol", "udp"), ("segment_bytes", 1024), ("segment_bytes", 8 << 20), ("segment_bytes", True),
+    ("buffer_bytes", -1),
     ("staging_bytes", 1.5), ("deadline_s", 0), ("deadline_s", float("nan")), ("retry_s", -1.0),
     ("workers", 0), ("namespace", "a/b"), ("namespace", ""), ("faults", "slow"), ("local_hostname", "a b"),
 ])
