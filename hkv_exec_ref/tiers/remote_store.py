@@ -152,6 +152,8 @@ class RemoteStore:
             slot = self._slot(HEADER_BYTES + len(src))
         if slot is None:
             self._count("publish_skipped_full")
+            if any(not put.done() for put in self.publishing):  # puts still on their way after a deadline are
+                self._down(f"puts past the {self.config.deadline_s} s deadline")  # late: skip, not wait, for retry_s
             return
         slot[1][HEADER_BYTES:] = src
         self.publishing.append(self.pool.submit(self._put, name, header, slot))

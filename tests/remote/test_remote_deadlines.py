@@ -10,11 +10,19 @@ from typing import Any
 import numpy as np
 
 from hkv_core import Layout
+from hkv_core.tiers.record import UNSUMMED, RecordHeader
 from hkv_exec_ref.tiers import RemoteStore, RemoteTierConfig
 from hkv_exec_ref.tiers.record_check import Wanted, span_abi_id
 from hkv_exec_ref.tiers.span_io import BLOCK
 
 LAYOUT = Layout.from_preset("tiny_v4")
+ABI = span_abi_id(LAYOUT.pools)
+
+
+def header(n: int, payload_bytes: int) -> RecordHeader:
+    return RecordHeader(layout_fingerprint=LAYOUT.fingerprint(), kind=BLOCK, abi_id=ABI, token_start=8 * n,
+                        token_end=8 * n + 8, keys=np.array([[n, 3]], np.uint64), payload_bytes=payload_bytes,
+                        payload_checksum=UNSUMMED)
 
 
 class StuckClient:
@@ -40,6 +48,11 @@ class StuckClient:
         self.go.wait()
         return [-704] * len(keys)
 
+    def put_from(self, key: str, address: int, nbytes: int) -> int:
+        self.calls.append("put")
+        self.go.wait()
+        return 0
+
     def close(self) -> None:
         pass
 
@@ -48,7 +61,7 @@ def test_calls_past_their_deadline_behind_a_stuck_one_never_run_and_free_their_s
     client = StuckClient()
     config = RemoteTierConfig(master="127.0.0.1:1", metadata="http://127.0.0.1:2/m", workers=1, deadline_s=0.1,
                               retry_s=0.01)
-    remote: Any = RemoteStore(config, fingerprint=LAYOUT.fingerprint(), abi_id=span_abi_id(LAYOUT.pools),
+    remote: Any = RemoteStore(config, fingerprint=LAYOUT.fingerprint(), abi_id=ABI,
                               model_id="stuck", client=client)
     try:
         for _ in range(5):  # the first is stuck in the client; the others wait behind it and time out
@@ -62,3 +75,23 @@ def test_calls_past_their_deadline_behind_a_stuck_one_never_run_and_free_their_s
         client.go.set()
         remote.close()
     assert client.calls == ["lookup"]  # the late lookups and the get were cancelled, not run after it
+
+
+def test_puts_stuck_past_the_deadline_stall_one_publish_not_every_one() -> None:
+    client = StuckClient()
+    config = RemoteTierConfig(master="127.0.0.1:1", metadata="http://127.0.0.1:2/m", workers=1, deadline_s=0.2,
+                              retry_s=30.0, staging_bytes=64 << 10)  # 8 slots of one small record each
+    remote: Any = RemoteStore(config, fingerprint=LAYOUT.fingerprint(), abi_id=ABI, model_id="stuck", client=client)
+    payload = np.zeros(256, np.uint8)
+    try:
+        for n in range(8):  # one put stuck in the client, seven waiting behind it: the arena is full
+            remote.publish(f"r{n}", header(n, 256), payload)
+        began = time.monotonic()
+        for n in range(8, 28):
+            remote.publish(f"r{n}", header(n, 256), payload)
+        assert time.monotonic() - began < 1.0  # one deadline waited for room, not one per record (4 s)
+        assert remote.counts["publish_skipped_full"] == 1 and remote.counts["publish_skipped"] == 19
+        assert remote.counts["unavailable"] == 1 and not remote.available
+    finally:
+        client.go.set()
+        remote.close()
