@@ -14,7 +14,7 @@ from hkv_exec_ref.demo.remote_demo import INSTANCES, RemoteDemoReport, run_remot
 from hkv_exec_ref.engine.results import TIER_NAMES
 
 COUNTS = {"published": "records this instance put into the shared store",
-          "loaded": "records fetched from the store, checked and served",
+          "loaded": "records fetched from the store and checked (served up to the deepest point that arrived whole)",
           "dropped_bad": "fetched records that failed a check (removed, never served)",
           "unavailable": "times the store failed or was late (then skipped for retry_s)"}
 

@@ -87,8 +87,11 @@ class Engine:
         self.cut_every_block = False  # calls also end at every block boundary (HfEngine: a hit ends a call)
         self.stats = EngineStats()
         assert self.max_step_tokens >= 1, "a window of at least 2 rows"
-        model_id = f"tiny_v4 seed {model.config.seed}"  # the weights a tier's records were computed with, and
-        model_id += f" faults {faults.name}" if faults else ""  # a faulted engine's records are not a clean one's
+        # What a tier's records were computed with: the weights, the array library (CuPy's bits are not NumPy's:
+        # only instances that compute alike may share records), and the fault switches (a faulted engine's
+        # records are not a clean one's).
+        xp = getattr(executor.xp, "__name__", type(executor.xp).__name__)
+        model_id = f"tiny_v4 seed {model.config.seed} on {xp}" + (f" faults {faults.name}" if faults else "")
         self.tiers: TierLink | None = tiers.link(manager, model_id) if tiers else None
 
     @classmethod

@@ -3,7 +3,8 @@
 `connect(config)` imports `mooncake.store` (MissingDependency naming the extra, or the system libraries the
 wheel needs, when it cannot), makes sure a master answers at `config.master` first (the client's own setup
 would wait 90 s for one that is not there), and sets the client up, its transfer engine listening on
-`config.local_hostname` (MC_TCP_BIND_ADDRESS, unless set); TierError (tier "remote") when it refuses.  The
+`config.local_hostname` (MC_TCP_BIND_ADDRESS, unless set) and its calls to the master giving up after 5 s
+(MC_RPC_TIMEOUT_MS, unless set; Mooncake's default is 30 s); TierError (tier "remote") when it refuses.  The
 client logs errors only (MC_LOG_LEVEL=ERROR, unless set).
 """
 
@@ -18,6 +19,8 @@ from hkv_exec_ref.tiers.remote_config import RemoteTierConfig
 
 LOG_LEVEL_ENV = "GLOG_minloglevel"  # glog's own spelling: 1 keeps warnings and errors (read at process start)
 MOONCAKE_LOG_ENV = "MC_LOG_LEVEL"  # the Mooncake client's own log level (read when it starts logging)
+RPC_TIMEOUT_ENV = "MC_RPC_TIMEOUT_MS"  # how long one client call waits for the master (Mooncake's default: 30 s)
+RPC_TIMEOUT_MS = "5000"  # hkv's default: deadlines bound the serving thread, this bounds the workers and close()
 BIND_ENV = "MC_TCP_BIND_ADDRESS"  # where the client's transfer engine listens (else: the first active interface)
 SYSTEM_LIBRARIES = "libibverbs1 librdmacm1 libnuma1"  # what the Mooncake wheel links against (apt packages)
 
@@ -50,6 +53,7 @@ def connect(config: RemoteTierConfig) -> Any:
     if not listening(host, int(port), timeout_s=min(config.deadline_s, 2.0)):
         raise TierError(tier="remote", record=config.master, reason="no Mooncake master answers there")
     os.environ.setdefault(BIND_ENV, config.local_hostname)  # listen where it says it is: loopback in tests
+    os.environ.setdefault(RPC_TIMEOUT_ENV, RPC_TIMEOUT_MS)
     client = cls()
     rc = client.setup(config.local_hostname, config.metadata, config.segment_bytes, config.buffer_bytes,
                       config.protocol, config.device, config.master)

@@ -97,3 +97,14 @@ def test_a_staging_arena_smaller_than_the_hit_still_loads_the_prefix_that_fits(m
     assert got.cached_by_tier["remote"] == 32 and b.matches_recompute(tokens, got)  # blocks 1-4 and their points
     a.close()
     b.close()
+
+
+def test_instances_computing_with_another_array_library_never_share(master: MooncakeMaster) -> None:
+    from hkv_exec_cuda import CudaExecutor
+    from hkv_exec_cuda.strict import strict_backend
+
+    numpy_one, other = engine(master), engine(master, executor=CudaExecutor(strict_backend()))
+    assert store(numpy_one).prefix != store(other).prefix  # other bits (CuPy's exp is not NumPy's): other keys
+    assert store(numpy_one).prefix == store(engine_again := engine(master)).prefix
+    for e in (numpy_one, other, engine_again):
+        e.close()

@@ -92,6 +92,7 @@ class RemoteStoreMachine(RuleBasedStateMachine):
         late, down = self.store.counts["get_timeout"], self.store.counts["unavailable"]
         got = self.store.fetch(wanted)
         late = self.store.counts["get_timeout"] > late
+        self.faults.slow_get = 0  # armed for this fetch only (one that asks the store nothing does not use it)
         for i, (n, result) in enumerate(zip(chosen, got, strict=True)):
             mismatched = shifted and i == 0
             if result is not None:
