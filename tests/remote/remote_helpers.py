@@ -43,5 +43,7 @@ def published(e: Engine) -> int:
     return store(e).counts["published"]
 
 
-def threads() -> set[str]:
-    return {t.name for t in threading.enumerate() if t.name.startswith(("hkv-remote", "hkv-load", "hkv-write"))}
+def threads() -> set[threading.Thread]:
+    """hkv's worker threads alive now (a test's own must be gone after it: `threads() <= before`; threads of
+    other tests' engines may end meanwhile, when those are collected)."""
+    return {t for t in threading.enumerate() if t.name.startswith(("hkv-remote", "hkv-load", "hkv-write"))}

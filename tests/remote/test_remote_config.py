@@ -61,7 +61,7 @@ def test_no_master_at_the_address_is_a_tier_error_at_once_and_nothing_is_left(tm
     with pytest.raises(TierError) as raised:
         Engine.tiny(0, key_seed=1, remote=config, disk_dir=tmp_path / "cache")
     assert time.monotonic() - began < 5 and raised.value.tier == "remote" and "no Mooncake master" in str(raised.value)
-    assert threads() == before
+    assert threads() <= before
     Engine.tiny(0, key_seed=1, disk_dir=tmp_path / "cache").close()  # the directory was not left claimed
 
 

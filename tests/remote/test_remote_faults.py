@@ -50,7 +50,7 @@ def test_a_bad_record_is_dropped_counted_and_never_served(master: MooncakeMaster
     assert store(reader).staging.used_bytes == 0
     writer.close()
     reader.close()
-    assert threads() == before
+    assert threads() <= before
 
 
 def test_broken_variant_serving_unchecked_remote_records_changes_outputs(master: MooncakeMaster,

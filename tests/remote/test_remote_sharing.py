@@ -68,7 +68,7 @@ def test_in_one_process_too_and_the_cost_model_learns_the_remote_rate(master: Mo
     assert store(b).staging.used_bytes > 0  # the last fetch's payloads stay until the next fetch
     a.close()
     b.close()
-    assert threads() == before  # every worker stopped
+    assert threads() <= before  # every worker stopped
 
 
 def test_a_remote_load_is_kept_in_the_host_tier(master: MooncakeMaster) -> None:
