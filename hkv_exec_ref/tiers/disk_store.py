@@ -35,6 +35,7 @@ from numpy.typing import NDArray
 
 from hkv_core.errors import RecordCorrupt, TierError, TierFull
 from hkv_core.tiers.record import ALIGN_BYTES, HEADER_BYTES, RecordHeader, checksum, pack_header, unpack_header
+from hkv_exec_ref.tiers.fault_switch import take_fault
 
 TIER = "disk"
 Buffer = bytes | memoryview | NDArray[np.uint8]  # what records are written from
@@ -61,12 +62,8 @@ class DiskFaults:
     fired: Counter[str] = attrs.field(factory=Counter)  # faults injected so far, by switch
 
     def take(self, name: str) -> bool:
-        with _FAULT_LOCK:  # reads run on worker threads
-            left = int(getattr(self, name))
-            if left:
-                setattr(self, name, left - 1)
-                self.fired[name] += 1
-        return left > 0
+        """Whether fault `name` fires now (then one fewer is left, and it is counted in `fired`)."""
+        return take_fault(self, name, self.fired)
 
     def delay(self) -> None:
         """The slow-I/O fault: wait before the operation."""
@@ -84,8 +81,6 @@ class DiskFaults:
         return {f.name: getattr(self, f.name) for f in attrs.fields(DiskFaults)
                 if f.name not in ("seed", "slow_seconds", "fired") and getattr(self, f.name)}
 
-
-_FAULT_LOCK = threading.Lock()
 
 
 class DiskStore:

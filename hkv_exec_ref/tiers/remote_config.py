@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import re
-import threading
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import attrs
 
 from hkv_core.errors import ConfigError
+from hkv_exec_ref.tiers.fault_switch import take_fault
 
 Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
 PROTOCOLS = ("tcp", "rdma")  # Mooncake transfer engine protocols
@@ -41,15 +41,8 @@ class RemoteFaults:
 
     def take(self, name: str) -> bool:
         """Whether fault `name` fires now (then one fewer is left, and it is counted in `fired`)."""
-        with _FAULT_LOCK:  # puts run on worker threads
-            left = int(getattr(self, name))
-            if left:
-                setattr(self, name, left - 1)
-                self.fired[name] += 1
-        return left > 0
+        return take_fault(self, name, self.fired)
 
-
-_FAULT_LOCK = threading.Lock()
 
 
 def _at_least(least: int) -> Validator:

@@ -13,21 +13,9 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-from hkv_core.errors import MissingDependency
-from hkv_exec_ref.tiers.mooncake_client import store_class
-from hkv_exec_ref.tiers.mooncake_master import master_binary
+from conftest import MISSING
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
-
-
-def _missing() -> str:
-    try:
-        master_binary()
-        store_class()
-    except MissingDependency as err:
-        return f"bench_remote needs {err.package} (pip install 'hkv[remote]'; scripts/setup_remote.sh)"
-    return ""
 
 
 def _bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
@@ -42,9 +30,8 @@ def _bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 
 def test_quick_run_reports_every_section(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
                                          tmp_path: Path) -> None:
-    missing = _missing()
-    if missing:
-        pytest.skip(missing)
+    if MISSING:
+        pytest.skip(MISSING)
     bench = _bench(monkeypatch)
     stored = tmp_path / "bench_remote.json"
     assert bench.main(["--quick", "--json", "--json-out", str(stored)]) == 0
