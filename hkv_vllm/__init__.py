@@ -1,0 +1,28 @@
+"""hkv inside vLLM: hkv's CacheManager as vLLM's KV cache manager (docs/vllm.md).
+
+`hkv_vllm.Scheduler` is vLLM's scheduler with `HkvKVCacheManager`; load it
+with `--scheduler-cls hkv_vllm.Scheduler`.  Needs the `vllm` extra
+(scripts/setup_vllm.sh).  Importing this package imports vLLM only when
+`Scheduler` is used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hkv_vllm.errors import UnsupportedVllmConfig
+
+__all__ = ["HkvKVCacheManager", "Scheduler", "UnsupportedVllmConfig", "layout_from_kv_cache_config"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Scheduler":
+        from hkv_vllm.scheduler import Scheduler
+        return Scheduler
+    if name == "HkvKVCacheManager":
+        from hkv_vllm.manager import HkvKVCacheManager
+        return HkvKVCacheManager
+    if name == "layout_from_kv_cache_config":
+        from hkv_vllm.layout import layout_from_kv_cache_config
+        return layout_from_kv_cache_config
+    raise AttributeError(name)

@@ -1,0 +1,319 @@
+"""HkvKVCacheManager: hkv's CacheManager behind vLLM's KVCacheManager interface (docs/vllm.md).
+
+The constructor takes vLLM's own arguments, so `hkv_vllm.Scheduler` (or a
+test that swaps the class) builds it where vLLM builds its manager.  Each
+vLLM request is an hkv request, registered (its tokens hashed with hkv's
+block keys: cache salt, LoRA adapter and multimodal items in the key) when
+the scheduler first asks for its cached blocks; vLLM block ids are hkv pages
+(`layout.py`).  What differs from vLLM's manager, and why it is safe:
+
+- Visibility: vLLM marks a block cached when it is *scheduled*; hkv commits
+  a block only once vLLM reports its tokens *computed*
+  (`request.num_computed_tokens`, read at the request's next allocation and
+  at `free`).  A block scheduled but not yet computed is never a hit for
+  another request, so a hit never reads KV that is still being written.
+- Every hit is one length for all groups, the longest resume point whose
+  every object is present (hkv's validation), never longer.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from hkv_core.errors import InvalidRequestState, OutOfPages, StaleLease
+from hkv_core.manager import CacheManager, ManagerConfig
+from hkv_vllm.errors import UnsupportedVllmConfig
+from hkv_vllm.events import vllm_events
+from hkv_vllm.keys import request_keys
+from hkv_vllm.layout import VllmLayout, layout_from_kv_cache_config
+from hkv_vllm.requests import Blocks, Entry
+from hkv_vllm.views import BlockPoolView, CoordinatorView
+
+logger = logging.getLogger("hkv_vllm")
+
+
+class HkvKVCacheManager:
+    """vLLM's KVCacheManager, with hkv deciding hits, pages, publication and eviction."""
+
+    def __init__(self, kv_cache_config: Any, max_model_len: int, scheduler_block_size: int, hash_block_size: int,
+                 max_in_flight_tokens: int | None = None, enable_caching: bool = True, use_eagle: bool = False,
+                 num_prefill_lookahead: int = 0, log_stats: bool = False, enable_kv_cache_events: bool = False,
+                 dcp_world_size: int = 1, pcp_world_size: int = 1, metrics_collector: Any = None,
+                 watermark: float = 0.0, enable_mamba_shared_prefix_checkpoint: bool = False) -> None:
+        from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+        from vllm.v1.metrics.stats import PrefixCacheStats
+
+        _refuse(use_eagle=use_eagle, num_prefill_lookahead=num_prefill_lookahead, dcp=dcp_world_size,
+                pcp=pcp_world_size, block_sizes=(scheduler_block_size, hash_block_size))
+        self.vllm_layout: VllmLayout = layout_from_kv_cache_config(kv_cache_config)
+        self.kv_cache_config, self.max_model_len = kv_cache_config, max_model_len
+        self.enable_caching, self.enable_kv_cache_events = enable_caching, enable_kv_cache_events
+        self.use_eagle, self.log_stats, self.metrics_collector = use_eagle, log_stats, metrics_collector
+        self.prefix_cache_stats = PrefixCacheStats() if log_stats else None
+        self.hkv = CacheManager(self.vllm_layout.layout, ManagerConfig(
+            pool_pages=self.vllm_layout.pool_pages, max_requests=1 << 16,
+            max_request_tokens=max(max_model_len, 1) + 1, retain_every_blocks=1,
+            allow_partial_page_copy=False, kv_events=enable_kv_cache_events))
+        self.blocks = Blocks(kv_cache_config.num_blocks)
+        self.entries: dict[str, Entry] = {}
+        self.block_pool = BlockPoolView(self)
+        specs = [g.kv_cache_spec for g in kv_cache_config.kv_cache_groups]
+        self.coordinator = CoordinatorView(self, specs)
+        self.num_kv_cache_groups = len(specs)
+        self.retained_hit_group_ids: tuple[int, ...] = ()
+        self.mamba_shared_prefix_checkpoint = False
+        self.watermark_blocks = int(watermark * kv_cache_config.num_blocks)
+        self.empty_kv_cache_blocks = KVCacheBlocks(tuple(() for _ in specs))
+        self._KVCacheBlocks, self._PrefixCacheStats = KVCacheBlocks, PrefixCacheStats
+        self._block_size = self.vllm_layout.groups[0].block_size
+        self._pool = self.vllm_layout.groups[0].pool
+
+    # ------------------------------------------------------------------ counts and stats
+
+    @property
+    def usage(self) -> float:
+        return self.block_pool.get_usage()
+
+    def make_prefix_cache_stats(self) -> Any:
+        if not self.log_stats:
+            return None
+        stats, self.prefix_cache_stats = self.prefix_cache_stats, self._PrefixCacheStats()
+        return stats
+
+    def prefix_cache_lookup_enabled(self, request: Any) -> bool:
+        return self.enable_caching and not request.skip_reading_prefix_cache
+
+    def record_prefix_cache_stats(self, request: Any, num_hits: int) -> None:
+        if self.log_stats and self.prefix_cache_lookup_enabled(request):
+            assert self.prefix_cache_stats is not None
+            self.prefix_cache_stats.record(num_tokens=request.num_tokens, num_hits=num_hits,
+                                           preempted=request.num_preemptions > 0)
+
+    # ------------------------------------------------------------------ hits
+
+    def get_computed_blocks(self, request: Any) -> tuple[Any, int, int]:
+        """The hit hkv validated for the request: its blocks, its tokens, and 0 (no lagging group)."""
+        entry = self._entry(request)
+        if entry.acquired or not self.prefix_cache_lookup_enabled(request):
+            return self.empty_kv_cache_blocks, 0, 0
+        entry.hit = self.hkv.match(entry.rid)
+        if not entry.hit.tokens:
+            return self.empty_kv_cache_blocks, 0, 0
+        pages = entry.hit.pages[self._pool]
+        return self.create_kv_cache_blocks(([self.blocks.by_id[int(p)] for p in pages],)), entry.hit.tokens, 0
+
+    def get_computed_blocks_for_connector(self, request: Any) -> tuple[Any, int, int, bool]:
+        return *self.get_computed_blocks(request), False
+
+    # ------------------------------------------------------------------ allocation
+
+    def allocate_slots(self, request: Any, num_new_tokens: int, num_new_computed_tokens: int = 0,
+                       new_computed_blocks: Any = None, num_lookahead_tokens: int = 0,
+                       num_external_computed_tokens: int = 0, delay_cache_blocks: bool = False,
+                       num_encoder_tokens: int = 0, full_sequence_must_fit: bool = False, reserved_blocks: int = 0,
+                       has_scheduled_reqs: bool = True, skip_zeroing_group_ids: tuple[int, ...] = ()) -> Any:
+        """Pages for the request's next tokens as vLLM blocks; None (nothing changed) when they do not fit."""
+        if num_new_tokens == 0 and num_new_computed_tokens == 0 and num_external_computed_tokens == 0:
+            raise ValueError("num_new_tokens must be greater than 0 when there are no computed tokens to adopt")
+        if num_external_computed_tokens or num_encoder_tokens or delay_cache_blocks:
+            raise UnsupportedVllmConfig(feature="allocate_slots",
+                                        detail="external (connector) or encoder tokens, delayed caching")
+        entry = self._entry(request)
+        self._sync(entry, request)
+        self._commit_to(entry, request.num_computed_tokens)
+        computed = request.num_computed_tokens + num_new_computed_tokens
+        target = min(computed + num_new_tokens + num_lookahead_tokens, self.max_model_len)
+        if target > entry.known:
+            raise UnsupportedVllmConfig(feature="lookahead",
+                                        detail=f"slots for tokens not known yet: {target} tokens asked, "
+                                               f"{entry.known} known (speculative or async scheduling)")
+        hit_pages = self._hit_pages(entry, num_new_computed_tokens)
+        watermark = self.watermark_blocks if has_scheduled_reqs and _waiting(request) else 0
+        free = self.block_pool.get_num_free_blocks() - reserved_blocks - watermark
+        full = min(request.num_tokens, self.max_model_len) if full_sequence_must_fit else 0
+        if self._blocks_needed(entry, max(target, full), hit_pages) > free:
+            return None
+        return self._allocate(entry, target, hit_pages, num_new_computed_tokens)
+
+    def _allocate(self, entry: Entry, target: int, hit_pages: list[int], hit_tokens: int) -> Any:
+        acquiring = not entry.acquired
+        if acquiring and hit_tokens:
+            assert entry.hit is not None
+            try:
+                self.hkv.acquire(entry.rid, entry.hit)
+            except StaleLease:
+                self._forget(entry)
+                return None
+            self.blocks.take(entry, hit_pages)
+        entry.acquired = True
+        _, allocated, _ = self.hkv.request_tokens(entry.rid)
+        if target <= allocated:
+            return self.empty_kv_cache_blocks
+        try:
+            alloc = self.hkv.allocate(entry.rid, target - allocated)
+        except OutOfPages:
+            if acquiring:
+                self._forget(entry)
+            return None
+        table = alloc.block_tables[self._pool]
+        new = self.blocks.take(entry, [int(p) for p in table[len(entry.blocks):]])
+        return self.create_kv_cache_blocks((new,))
+
+    def _hit_pages(self, entry: Entry, hit_tokens: int) -> list[int]:
+        if entry.acquired or not hit_tokens:
+            return []
+        if entry.hit is None or entry.hit.tokens != hit_tokens:
+            raise InvalidRequestState(request_id=entry.rid, action="allocate_slots",
+                                      reason=f"{hit_tokens} computed tokens adopted, hkv's hit has "
+                                             f"{entry.hit.tokens if entry.hit else 0}")
+        return [int(p) for p in entry.hit.pages[self._pool]]
+
+    def _blocks_needed(self, entry: Entry, tokens: int, hit_pages: list[int]) -> int:
+        """Free blocks an allocation to `tokens` takes: new pages, and hit pages no live request holds."""
+        new = max(0, -(-tokens // self._block_size) - len(entry.blocks) - len(hit_pages))
+        return new + sum(1 for p in hit_pages if self.blocks.by_id[p].ref_cnt == 0)
+
+    # ------------------------------------------------------------------ commit and free
+
+    def cache_blocks(self, request: Any, num_computed_tokens: int) -> None:
+        """vLLM reports `num_computed_tokens` written: hkv publishes what they complete."""
+        entry = self.entries.get(request.request_id)
+        if entry is not None and self.enable_caching:
+            self._sync(entry, request)
+            self._commit_to(entry, num_computed_tokens)
+
+    def free(self, request: Any) -> None:
+        """The request finished or was preempted: commit what it computed, release it in hkv."""
+        entry = self.entries.get(request.request_id)
+        if entry is None:
+            return
+        if entry.acquired:
+            self._sync(entry, request)
+            self._commit_to(entry, request.num_computed_tokens)
+        self._forget(entry)
+
+    def pop_blocks_for_free(self, request: Any) -> list[Any]:
+        """Frees at once (the configurations that defer frees are refused): nothing left to free later."""
+        self.free(request)
+        return []
+
+    def remove_skipped_blocks(self, request_id: str, processed_computed_tokens: int,
+                              num_prompt_tokens: int | None = None) -> None:
+        """Full attention skips no block."""
+
+    def evict_blocks(self, block_ids: set[int]) -> None:
+        raise UnsupportedVllmConfig(feature="evict_blocks", detail="evicting given blocks (KV connector loads)")
+
+    def reset_prefix_cache(self) -> bool:
+        """Empty hkv's index (False while a request holds blocks, as vLLM answers)."""
+        if self.blocks.held:
+            return False
+        for entry in list(self.entries.values()):
+            self._forget(entry)
+        self.hkv.clear_cache()
+        if self.log_stats:
+            assert self.prefix_cache_stats is not None
+            self.prefix_cache_stats.reset = True
+        return True
+
+    # ------------------------------------------------------------------ views
+
+    def get_num_common_prefix_blocks(self, running_request_id: str) -> list[int]:
+        return [0] * self.num_kv_cache_groups
+
+    def take_events(self) -> list[Any]:
+        if not self.enable_kv_cache_events:
+            return []
+        return vllm_events(self.hkv.take_events(), self.kv_cache_config)
+
+    def get_blocks(self, request_id: str) -> Any:
+        entry = self.entries.get(request_id)
+        return self.create_kv_cache_blocks((list(entry.blocks) if entry else [],))
+
+    def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
+        return self.get_blocks(request_id).get_block_ids()  # type: ignore[no-any-return]
+
+    def get_block_ids_for_computed_tokens(self, request_id: str, num_computed_tokens: int) -> tuple[list[int], ...]:
+        ids = self.get_block_ids(request_id)
+        return (ids[0][:-(-num_computed_tokens // self._block_size)],)
+
+    def estimate_cached_tokens(self, request: Any) -> int:
+        entry = self.entries.get(request.request_id)
+        return self.hkv.request_tokens(entry.rid)[0] if entry is not None and entry.acquired else 0
+
+    def create_kv_cache_blocks(self, blocks: tuple[list[Any], ...]) -> Any:
+        return self._KVCacheBlocks(blocks) if any(blocks) else self.empty_kv_cache_blocks
+
+    def truncate_computed_blocks(self, blocks: Any, num_computed_tokens: int) -> Any:
+        assert num_computed_tokens % self._block_size == 0
+        return self.create_kv_cache_blocks((list(blocks.blocks[0][:num_computed_tokens // self._block_size]),))
+
+    def take_new_block_ids(self) -> list[int]:
+        return []  # attention blocks are written before they are read: none needs zeroing
+
+    def record_blocks_for_zeroing(self, request_id: str, start_token: int) -> None:
+        raise UnsupportedVllmConfig(feature="record_blocks_for_zeroing", detail="failed KV connector loads")
+
+    def take_kv_cache_block_copies(self) -> tuple[list[Any], list[Any]]:
+        return [], []  # hits are whole blocks: hkv issues no copy
+
+    def take_boundary_state_offloads(self) -> dict[str, list[tuple[int, int, int]]]:
+        return {}
+
+    def finalize_partial_tail_offloads(self, request: Any) -> list[tuple[int, int, int]]:
+        return []
+
+    def new_step_starts(self) -> None:
+        """Nothing is per step in hkv."""
+
+    # ------------------------------------------------------------------ helpers
+
+    def _entry(self, request: Any) -> Entry:
+        entry = self.entries.get(request.request_id)
+        if entry is None:
+            tokens = list(request.all_token_ids)
+            salt, lora, mm = request_keys(request)
+            rid = self.hkv.add_request(tokens, cache_salt=salt, lora_id=lora, mm_keys=mm)
+            entry = self.entries[request.request_id] = Entry(req_id=request.request_id, rid=rid,
+                                                                known=len(tokens))
+        return entry
+
+    def _sync(self, entry: Entry, request: Any) -> None:
+        """Give hkv the request's verified tokens it lacks (decode outputs)."""
+        tokens = request.all_token_ids
+        if len(tokens) > entry.known:
+            self.hkv.append_tokens(entry.rid, list(tokens[entry.known:]))
+            entry.known = len(tokens)
+
+    def _commit_to(self, entry: Entry, num_computed_tokens: int) -> None:
+        """Commit the tokens vLLM reports computed that hkv has allocated and not committed."""
+        if not entry.acquired:
+            return
+        computed, allocated, _ = self.hkv.request_tokens(entry.rid)
+        upto = min(num_computed_tokens, allocated)
+        if upto > computed:
+            self.hkv.commit(entry.rid, upto - computed)
+
+    def _forget(self, entry: Entry) -> None:
+        self.blocks.drop(entry)
+        self.hkv.release(entry.rid)
+        del self.entries[entry.req_id]
+
+
+def _waiting(request: Any) -> bool:
+    from vllm.v1.request import RequestStatus
+
+    return request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED)
+
+
+def _refuse(*, use_eagle: bool, num_prefill_lookahead: int, dcp: int, pcp: int, block_sizes: tuple[int, int]) -> None:
+    """UnsupportedVllmConfig for what the adapter does not serve yet, before anything is built."""
+    if use_eagle or num_prefill_lookahead:
+        raise UnsupportedVllmConfig(feature="speculative", detail="EAGLE / prefill lookahead (slots ahead of tokens)")
+    if dcp != 1 or pcp != 1:
+        raise UnsupportedVllmConfig(feature="context_parallel", detail=f"context parallelism (dcp {dcp}, pcp {pcp})")
+    if block_sizes[0] != block_sizes[1]:
+        raise UnsupportedVllmConfig(feature="hash_block_size",
+                                    detail=f"a hash block size {block_sizes[1]} other than the block size "
+                                           f"{block_sizes[0]}")

@@ -1,0 +1,93 @@
+"""What vLLM's scheduler reads of its KV cache manager's internals, as the adapter means it.
+
+vLLM 0.32's `Scheduler` reaches past the `KVCacheManager` interface in a few
+places; each is answered here from hkv's state, never from a second block
+pool:
+
+- `coordinator.single_type_managers`: one per KV cache group, with its
+  `block_size`, `kv_cache_spec`, `kv_cache_group_id`, `req_to_blocks` (the
+  request's blocks, read-only) and `retains_longer_hit` (False: hkv hits are
+  one length for every group).
+- `coordinator.get_num_blocks_to_allocate(...)`: the blocks a request still
+  needs for `num_tokens` (what the scheduler's promotion check asks).
+- `coordinator.enable_partial_hash_hits` / `eagle_group_ids` /
+  `num_reprefillable_tokens`: False / () / 0 (no Mamba, no EAGLE groups).
+- `block_pool.get_num_free_blocks()` / `get_usage()`: blocks no live request
+  holds (hkv's free pages and its evictable cached ones, as vLLM counts its
+  free queue), and the share held.
+- `block_pool.free_blocks(blocks)`: the scheduler's deferred frees; the
+  adapter never defers (it refuses the configurations that would), so a
+  non-empty call is an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from hkv_core.errors import InvalidArgument
+from hkv_vllm.layout import GroupPool
+
+if TYPE_CHECKING:
+    from hkv_vllm.manager import HkvKVCacheManager
+
+
+class GroupView:
+    """One KV cache group as vLLM's single-type manager describes it."""
+
+    retains_longer_hit = False
+    records_new_block_ids = False
+
+    def __init__(self, owner: HkvKVCacheManager, group: GroupPool, spec: Any) -> None:
+        self._owner, self.kv_cache_group_id, self.block_size = owner, group.group_id, group.block_size
+        self.kv_cache_spec = spec
+
+    @property
+    def req_to_blocks(self) -> Mapping[str, list[Any]]:
+        """Request id -> its blocks in this group (copies of the lists)."""
+        return {req_id: list(entry.blocks) for req_id, entry in self._owner.entries.items()}
+
+
+class CoordinatorView:
+    """The part of vLLM's KV cache coordinator the scheduler reads."""
+
+    enable_partial_hash_hits = False
+    eagle_group_ids: tuple[int, ...] = ()
+    num_reprefillable_tokens = 0
+
+    def __init__(self, owner: HkvKVCacheManager, specs: list[Any]) -> None:
+        self._owner = owner
+        self.single_type_managers = [GroupView(owner, g, spec)
+                                     for g, spec in zip(owner.vllm_layout.groups, specs, strict=True)]
+        self.block_pool = owner.block_pool
+
+    def get_num_blocks_to_allocate(self, *, request_id: str, num_tokens: int, **_: Any) -> int:
+        """Blocks the request needs beyond what it holds to cover `num_tokens` tokens."""
+        entry = self._owner.entries.get(request_id)
+        held = len(entry.blocks) if entry is not None else 0
+        size = self.single_type_managers[0].block_size
+        return max(0, -(-num_tokens // size) - held)
+
+
+class BlockPoolView:
+    """The part of vLLM's block pool the scheduler reads: counts, and deferred frees (never used)."""
+
+    def __init__(self, owner: HkvKVCacheManager) -> None:
+        self._owner = owner
+
+    @property
+    def num_gpu_blocks(self) -> int:
+        return self._owner.blocks.num_blocks
+
+    def get_num_free_blocks(self) -> int:
+        return self._owner.blocks.num_blocks - 1 - self._owner.blocks.held
+
+    def get_usage(self) -> float:
+        return self._owner.blocks.held / max(1, self._owner.blocks.num_blocks - 1)
+
+    def free_blocks(self, blocks: Iterable[Any]) -> None:
+        """Deferred frees: the adapter hands out none (`pop_blocks_for_free` frees at once)."""
+        left = list(blocks)
+        if left:
+            raise InvalidArgument(action="block_pool.free_blocks", argument="blocks", value=left,
+                                  reason="hkv_vllm frees a request's blocks in free(); it deferred none")
