@@ -24,7 +24,15 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from hkv_core.errors import MissingDependency, NoDevice, UnknownPool
-from hkv_core.executor import PlanAuthority, PoolBinding, Run, check_op
+from hkv_core.executor import (
+    PlanAuthority,
+    PoolBinding,
+    Run,
+    check_op,
+    check_pools_fit,
+    checked_max_bytes,
+    device_estimate,
+)
 from hkv_core.plan import Checksum, Completion, CopyPages, FillPages, LoadRecord, Plan, StoreRecord, page_digest
 from hkv_core.units import NULL_PAGE
 from hkv_exec_cuda.backend import Backend, Event, cupy_backend
@@ -76,10 +84,18 @@ class CudaExecutor:
 
     # -- bind -----------------------------------------------------------------------------
 
-    def bind(self, pools: Sequence[PoolBinding], authority: PlanAuthority) -> dict[str, int]:
-        """Allocate every pool once (zeroed, base a multiple of its `alignment_bytes`); the base addresses."""
+    def bind(self, pools: Sequence[PoolBinding], authority: PlanAuthority, *,
+             max_bytes: int | None = None) -> dict[str, int]:
+        """Allocate every pool once (zeroed, base a multiple of its `alignment_bytes`); the base addresses.
+
+        Before anything is allocated, the pools' bytes with their alignment padding are compared with `max_bytes`
+        (when given) and the memory the backend says is free (`Backend.free_bytes`: the device's, on CuPy):
+        PoolsTooLarge, naming the pools and the bytes needed, when they cannot fit (nothing allocated)."""
         assert not self.pools, "pools are static: bind once"
         assert len({p.name for p in pools}) == len(pools), "pool names are unique"
+        limit = checked_max_bytes("bind", max_bytes)
+        check_pools_fit(device_estimate(pools, padding=True),
+                        [(limit, "max_bytes"), (self.backend.free_bytes(), self.backend.memory_name)])
         with self.stream:  # zeroed on the executor's own stream, done before any plan runs on it
             for binding in pools:
                 dtype = np.dtype(NUMPY_DTYPES[binding.spec.dtype])

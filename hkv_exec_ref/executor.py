@@ -16,7 +16,16 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from hkv_core.errors import MissingDependency, UnknownPool
-from hkv_core.executor import PlanAuthority, PoolBinding, Run, check_op
+from hkv_core.executor import (
+    PlanAuthority,
+    PoolBinding,
+    Run,
+    available_host_bytes,
+    check_op,
+    check_pools_fit,
+    checked_max_bytes,
+    device_estimate,
+)
 from hkv_core.plan import Checksum, Completion, CopyPages, FillPages, LoadRecord, Op, Plan, StoreRecord, page_digest
 from hkv_core.units import NULL_PAGE
 
@@ -62,10 +71,18 @@ class RefExecutor:
 
     # -- bind -----------------------------------------------------------------------------
 
-    def bind(self, pools: Sequence[PoolBinding], authority: PlanAuthority) -> dict[str, int]:
-        """Allocate every pool (zeroed) once and keep the plans' authority; a second bind is a programming error."""
+    def bind(self, pools: Sequence[PoolBinding], authority: PlanAuthority, *,
+             max_bytes: int | None = None) -> dict[str, int]:
+        """Allocate every pool (zeroed) once and keep the plans' authority; a second bind is a programming error.
+
+        Before anything is allocated, the pools' bytes (`hkv_core.executor.device_estimate`) are compared with
+        `max_bytes` (when given) and the host memory available now: PoolsTooLarge, naming the pools and the bytes
+        needed, when they cannot fit (nothing allocated, the executor still unbound)."""
         assert not self.pools, "pools are static: bind once"
         assert len({p.name for p in pools}) == len(pools), "pool names are unique"
+        limit = checked_max_bytes("bind", max_bytes)
+        check_pools_fit(device_estimate(pools), [(limit, "max_bytes"), (available_host_bytes(), "host memory "
+                                                                        "available (MemAvailable)")])
         for binding in pools:
             self.pools[binding.name] = np.zeros(binding.shape, NUMPY_DTYPES[binding.spec.dtype])
             self.bindings[binding.name] = binding
