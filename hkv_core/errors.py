@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["AdmissionRejected", "CacheBusy", "ConfigError", "GraphAddressChanged", "HkvError", "IllegalTransition",
-           "InvalidArgument", "InvalidRequestArgument", "InvalidRequestState", "InvalidTokens", "InvariantViolation",
-           "MetadataTooLarge", "MissingDependency", "NoDevice", "OutOfPages", "PoolsTooLarge", "RecordCorrupt",
-           "SpecError",
-           "StaleLease", "TierError", "TierFull", "UnitError", "UnknownPlan", "UnknownPool", "UnknownRequest", "shown"]
+__all__ = ["AdmissionRejected", "BufferMismatch", "CacheBusy", "ConfigError", "GraphAddressChanged", "HkvError",
+           "IllegalTransition", "InvalidArgument", "InvalidRequestArgument", "InvalidRequestState", "InvalidTokens",
+           "InvariantViolation", "MetadataTooLarge", "MissingDependency", "NoDevice", "OutOfPages", "PoolsTooLarge",
+           "RecordCorrupt", "SpecError", "StaleLease", "TierError", "TierFull", "UnitError", "UnknownPlan",
+           "UnknownPool", "UnknownRequest", "shown"]
 
 SHOWN_CHARS = 80  # an argument's value is shown in a message up to this many characters of its repr
 
@@ -93,6 +93,19 @@ class PoolsTooLarge(ConfigError):
                          source="ManagerConfig", key="pool_pages")
         self.needed_bytes, self.available_bytes, self.memory, self.pools = needed_bytes, available_bytes, memory, pools
         self.fields.update(needed_bytes=needed_bytes, available_bytes=available_bytes, memory=memory, pools=pools)
+
+
+class BufferMismatch(HkvError, ValueError):
+    """A buffer an engine hands to an executor's `bind` (`buffers={pool: array}`) cannot be that pool.
+
+    ``pool`` names the pool, ``check`` what failed (dlpack, shape, dtype, contiguous, writable, alignment,
+    overlap), ``expected`` and ``found`` the two sides.  Nothing is bound when it is raised.
+    """
+
+    def __init__(self, *, pool: str, check: str, expected: object, found: object) -> None:
+        super().__init__(f"bind: the buffer for pool {pool!r} fails the {check} check: expected {expected}, found "
+                         f"{found}", pool=pool, check=check, expected=expected, found=found)
+        self.pool, self.check, self.expected, self.found = pool, check, expected, found
 
 
 class IllegalTransition(HkvError):

@@ -39,20 +39,21 @@ A pool's array has shape `PoolBinding.shape`:
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Protocol
 
 import attrs
 from numpy.typing import ArrayLike, NDArray
 
-from hkv_core.errors import InvalidArgument, PoolsTooLarge
+from hkv_core.errors import BufferMismatch, InvalidArgument, PoolsTooLarge, UnknownPool
 from hkv_core.layout import PoolSpec
 from hkv_core.plan import Completion, CopyPages, LoadRecord, Op, Plan, StoreRecord
 from hkv_core.units import NULL_PAGE
 
 __all__ = ["DeviceEstimate", "Executor", "PlanAuthority", "PoolBinding", "Run", "TrustingAuthority",
-           "available_host_bytes", "check_op", "check_pools_fit", "checked_max_bytes", "device_estimate"]
+           "adopt_buffers", "available_host_bytes", "check_op", "check_pools_fit", "checked_max_bytes",
+           "device_estimate"]
 
 Run = tuple[int, int, int]  # (page, first entry, stop entry): one contiguous piece of a page
 
@@ -151,6 +152,66 @@ def checked_max_bytes(action: str, max_bytes: object) -> int | None:
         raise InvalidArgument(action=action, argument="max_bytes", value=max_bytes,
                               reason="must be None or an integer >= 0 (bytes the pools may take)")
     return max_bytes
+
+
+def adopt_buffers(pools: Sequence[PoolBinding], buffers: object, *, from_dlpack: Callable[[Any], Any],
+                  address: Callable[[Any], int], dtype_of: Callable[[PoolBinding], Any]) -> dict[str, Any]:
+    """Engine-owned buffers for some of `pools`, adopted without a copy and checked before anything is bound.
+
+    `buffers` maps pool names to arrays that export DLPack (torch tensors, CuPy or NumPy arrays); each is
+    taken with `from_dlpack` (the executor's array module: the memory stays the engine's) and must be
+    C-contiguous, writable, of shape `PoolBinding.shape` and of the pool's dtype (`dtype_of`; a bf16 pool takes
+    its raw bits as a 2-byte integer array: pass `tensor.view(torch.int16)`), with a base address (`address`)
+    that is a multiple of the pool's `alignment_bytes`, and no two may overlap.  InvalidArgument when
+    `buffers` is not a mapping, UnknownPool for a name `pools` lacks, BufferMismatch (pool, check, expected,
+    found) for the first buffer that fails a check.  Returns {pool: adopted array in `dtype_of(binding)`}."""
+    if buffers is None:
+        return {}
+    if not isinstance(buffers, Mapping):
+        raise InvalidArgument(action="bind", argument="buffers", value=buffers,
+                              reason=f"must be None or a mapping of pool name to array, got {type(buffers).__name__}")
+    by_name = {b.name: b for b in pools}
+    adopted: dict[str, Any] = {}
+    spans: list[tuple[int, int, str]] = []
+    for name, buffer in buffers.items():
+        if not isinstance(name, str) or name not in by_name:
+            raise UnknownPool(pool=name, known=tuple(by_name), action="bind")
+        binding = by_name[name]
+        try:
+            array = from_dlpack(buffer)
+        except (TypeError, ValueError, BufferError, RuntimeError, AttributeError) as err:
+            bf16 = "bfloat16" in str(getattr(buffer, "dtype", ""))
+            hint = " (a bfloat16 tensor: pass tensor.view(torch.int16))" if bf16 else ""
+            raise BufferMismatch(pool=name, check="dlpack", expected=f"an array exporting DLPack on this executor's "
+                                 f"device{hint}", found=f"{type(buffer).__name__}: {err}") from None
+        want = dtype_of(binding)
+        found_dtype = getattr(array, "dtype", None)
+        if binding.spec.dtype == "bf16" and found_dtype is not None and found_dtype.itemsize == 2 and \
+                found_dtype.kind in "iu":
+            array = array.view(want)  # bf16 bits: uint16 here, int16 from torch
+            found_dtype = array.dtype
+        if tuple(array.shape) != binding.shape:
+            raise BufferMismatch(pool=name, check="shape", expected=binding.shape, found=tuple(array.shape))
+        if found_dtype != want:
+            raise BufferMismatch(pool=name, check="dtype", expected=f"{want} ({binding.spec.dtype})",
+                                 found=found_dtype)
+        if not array.flags.c_contiguous:
+            raise BufferMismatch(pool=name, check="contiguous", expected="C-contiguous", found="strided")
+        if not getattr(array.flags, "writeable", True):
+            raise BufferMismatch(pool=name, check="writable", expected="writable", found="read-only")
+        base = address(array)
+        if base % binding.spec.alignment_bytes:
+            raise BufferMismatch(pool=name, check="alignment",
+                                 expected=f"a base address that is a multiple of {binding.spec.alignment_bytes}",
+                                 found=f"{base:#x}")
+        spans.append((base, base + binding.nbytes, name))
+        adopted[name] = array
+    spans.sort()
+    for (_, end, first), (start, _, second) in zip(spans, spans[1:], strict=False):
+        if start < end:
+            raise BufferMismatch(pool=second, check="overlap", expected="memory of its own",
+                                 found=f"memory shared with pool {first!r}")
+    return adopted
 
 
 def check_pools_fit(estimate: DeviceEstimate, limits: Sequence[tuple[int | None, str]]) -> None:

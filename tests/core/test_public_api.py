@@ -28,7 +28,7 @@ DOCUMENTED = ("hkv_core", "hkv_core.block_keys", "hkv_core.errors", "hkv_core.ev
               "hkv_exec_ref.engine", "hkv_exec_ref.executor", "hkv_events", "hkv_exec_cuda")
 ERRORS = ("HkvError", "SpecError", "ConfigError", "IllegalTransition", "UnitError", "InvalidTokens", "StaleLease",
           "AdmissionRejected", "OutOfPages", "UnknownRequest", "InvalidRequestState", "UnknownPlan",
-          "InvariantViolation", "UnknownPool", "MissingDependency", "PoolsTooLarge")
+          "InvariantViolation", "UnknownPool", "MissingDependency", "PoolsTooLarge", "BufferMismatch")
 
 
 def load_generator() -> types.ModuleType:
