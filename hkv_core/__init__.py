@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from hkv_core.layout import Layout
     from hkv_core.manager import CacheManager, ManagerConfig, check_invariants
 
+__version__ = "0.1.0"  # equal to pyproject.toml's [project] version (tests/core/test_public_api.py checks)
+
 __all__ = ["CacheManager", "HkvError", "Layout", "ManagerConfig", "check_invariants"]
 
 _HOMES = {"CacheManager": "hkv_core.manager", "ManagerConfig": "hkv_core.manager",

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["AdmissionRejected", "CacheBusy", "ConfigError", "GraphAddressChanged", "HkvError", "IllegalTransition",
-           "InvalidArgument", "InvalidRequestArgument", "InvalidRequestState", "InvalidTokens", "InvariantViolation",
-           "MetadataTooLarge", "MissingDependency", "NoDevice", "OutOfPages", "RecordCorrupt", "SpecError",
-           "StaleLease", "TierError", "TierFull", "UnitError", "UnknownPlan", "UnknownPool", "UnknownRequest", "shown"]
+__all__ = ["AdmissionRejected", "BufferMismatch", "CacheBusy", "ConfigError", "GraphAddressChanged", "HkvError",
+           "IllegalTransition", "InvalidArgument", "InvalidRequestArgument", "InvalidRequestState", "InvalidTokens",
+           "InvariantViolation", "MetadataTooLarge", "MissingDependency", "NoDevice", "OutOfPages", "PoolsTooLarge",
+           "RecordCorrupt", "SpecError", "StaleLease", "TierError", "TierFull", "UnitError", "UnknownPlan",
+           "UnknownPool", "UnknownRequest", "shown"]
 
 SHOWN_CHARS = 80  # an argument's value is shown in a message up to this many characters of its repr
 
@@ -73,6 +74,38 @@ class MetadataTooLarge(ConfigError):
         self.largest, self.largest_bytes = largest, largest_bytes
         self.fields.update(needed_bytes=needed_bytes, limit_bytes=limit_bytes, largest=largest,
                            largest_bytes=largest_bytes)
+
+
+class PoolsTooLarge(ConfigError):
+    """An executor's pools would take more memory than there is: refused by `bind` before any pool is allocated.
+
+    ``needed_bytes`` is what every pool together takes (`hkv_core.executor.device_estimate`), ``available_bytes``
+    what ``memory`` (the limit compared against: a ``max_bytes`` argument, the host's available memory, the
+    device's free memory) offers; ``pools`` lists every pool as (name, bytes), the largest first.
+    """
+
+    def __init__(self, *, needed_bytes: int, available_bytes: int, memory: str,
+                 pools: tuple[tuple[str, int], ...]) -> None:
+        largest = ", ".join(f"{name} {size:,}" for name, size in pools[:3])
+        super().__init__(f"the pools need {needed_bytes:,} bytes, more than the {available_bytes:,} bytes of {memory} "
+                         f"(largest: {largest}); give the big pools fewer pages (ManagerConfig.pool_pages: tail "
+                         f"pools need far fewer than window or KV pools; docs/executor.md, sizing)",
+                         source="ManagerConfig", key="pool_pages")
+        self.needed_bytes, self.available_bytes, self.memory, self.pools = needed_bytes, available_bytes, memory, pools
+        self.fields.update(needed_bytes=needed_bytes, available_bytes=available_bytes, memory=memory, pools=pools)
+
+
+class BufferMismatch(HkvError, ValueError):
+    """A buffer an engine hands to an executor's `bind` (`buffers={pool: array}`) cannot be that pool.
+
+    ``pool`` names the pool, ``check`` what failed (dlpack, shape, dtype, contiguous, writable, alignment,
+    overlap), ``expected`` and ``found`` the two sides.  Nothing is bound when it is raised.
+    """
+
+    def __init__(self, *, pool: str, check: str, expected: object, found: object) -> None:
+        super().__init__(f"bind: the buffer for pool {pool!r} fails the {check} check: expected {expected}, found "
+                         f"{found}", pool=pool, check=check, expected=expected, found=found)
+        self.pool, self.check, self.expected, self.found = pool, check, expected, found
 
 
 class IllegalTransition(HkvError):

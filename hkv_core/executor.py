@@ -26,6 +26,11 @@ manager: it depends on layout, plan and errors, never on the manager.
   to or from a host array shaped `(layers, n, *entry_shape)` (n the runs'
   total), one strided copy per run (docs/tiers.md).
 
+Sizing: `PoolBinding.nbytes` is what one pool takes, `device_estimate(bindings)` adds
+every pool up (`hkv_core.manager.estimate_device_bytes(layout, config)` does so from a
+config, before any manager exists), and `check_pools_fit` is how an executor's `bind`
+refuses pools that cannot fit (`PoolsTooLarge`, before any pool is allocated).
+
 A pool's array has shape `PoolBinding.shape`:
 `(pages, layers, entries_per_page, *entry_shape)`, page 0 being the NULL page
 (never written by `write`, copies or loads).
@@ -33,17 +38,22 @@ A pool's array has shape `PoolBinding.shape`:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, Protocol
 
 import attrs
 from numpy.typing import ArrayLike, NDArray
 
+from hkv_core.errors import BufferMismatch, InvalidArgument, PoolsTooLarge, UnknownPool
 from hkv_core.layout import PoolSpec
 from hkv_core.plan import Completion, CopyPages, LoadRecord, Op, Plan, StoreRecord
 from hkv_core.units import NULL_PAGE
 
-__all__ = ["Executor", "PlanAuthority", "PoolBinding", "Run", "TrustingAuthority", "check_op"]
+__all__ = ["DeviceEstimate", "Executor", "PlanAuthority", "PoolBinding", "Run", "TrustingAuthority",
+           "adopt_buffers", "available_host_bytes", "check_op", "check_pools_fit", "checked_max_bytes",
+           "device_estimate"]
 
 Run = tuple[int, int, int]  # (page, first entry, stop entry): one contiguous piece of a page
 
@@ -67,6 +77,154 @@ class PoolBinding:
         """(pages, layers, entries_per_page, *entry_shape)."""
         s = self.spec
         return (self.pages, s.layer_count, s.entries_per_page, *s.entry_shape)
+
+    @property
+    def page_bytes(self) -> int:
+        """Bytes of one page across every layer of the pool (`PoolSpec.page_bytes` is one layer's)."""
+        return self.spec.page_bytes * self.spec.layer_count
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the whole pool, the NULL page included: what `bind` allocates for it."""
+        return self.pages * self.page_bytes
+
+
+@attrs.frozen(kw_only=True)
+class DeviceEstimate:
+    """The memory an executor's pools take: bytes and pages per pool (NULL page included), in binding order.
+
+    `roles` names each pool's role (prefix, window, tail) when the estimate comes from a layout and config
+    (`hkv_core.manager.estimate_device_bytes`); empty from bare bindings.
+    """
+
+    pools: Mapping[str, int]
+    pages: Mapping[str, int]
+    roles: Mapping[str, str] = attrs.field(factory=lambda: MappingProxyType({}))
+
+    @property
+    def total(self) -> int:
+        return sum(self.pools.values())
+
+    @property
+    def largest(self) -> tuple[tuple[str, int], ...]:
+        """Every pool as (name, bytes), the largest first."""
+        return tuple(sorted(self.pools.items(), key=lambda item: (-item[1], item[0])))
+
+    def by_role(self) -> dict[str, int]:
+        """Bytes per role (empty without `roles`)."""
+        out: dict[str, int] = {}
+        for name, role in self.roles.items():
+            out[role] = out.get(role, 0) + self.pools[name]
+        return out
+
+
+def device_estimate(pools: Sequence[PoolBinding], *, padding: bool = False,
+                    roles: Mapping[str, str] | None = None) -> DeviceEstimate:
+    """What `bind(pools, ...)` allocates, per pool, without allocating it.  `padding`: add each pool's
+    `alignment_bytes`, which an executor that over-allocates to align a base (CudaExecutor) spends on top."""
+    sizes = {b.name: b.nbytes + (b.spec.alignment_bytes if padding else 0) for b in pools}
+    return DeviceEstimate(pools=MappingProxyType(sizes), pages=MappingProxyType({b.name: b.pages for b in pools}),
+                          roles=MappingProxyType(dict(roles or {})))
+
+
+def available_host_bytes() -> int | None:
+    """Host memory a new allocation can take now: MemAvailable of /proc/meminfo, else the free pages
+    (`os.sysconf`); None where neither is known."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        pages = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+    return pages if pages > 0 else None
+
+
+def checked_max_bytes(action: str, max_bytes: object) -> int | None:
+    """`max_bytes` of a `bind`: None or an integer >= 0 (InvalidArgument otherwise)."""
+    if max_bytes is None:
+        return None
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+        raise InvalidArgument(action=action, argument="max_bytes", value=max_bytes,
+                              reason="must be None or an integer >= 0 (bytes the pools may take)")
+    return max_bytes
+
+
+def adopt_buffers(pools: Sequence[PoolBinding], buffers: object, *, from_dlpack: Callable[[Any], Any],
+                  address: Callable[[Any], int], dtype_of: Callable[[PoolBinding], Any]) -> dict[str, Any]:
+    """Engine-owned buffers for some of `pools`, adopted without a copy and checked before anything is bound.
+
+    `buffers` maps pool names to arrays that export DLPack (torch tensors, CuPy or NumPy arrays); each is
+    taken with `from_dlpack` (the executor's array module: the memory stays the engine's) and must be
+    C-contiguous, writable, of shape `PoolBinding.shape` and of the pool's dtype (`dtype_of`; a bf16 pool takes
+    its raw bits as a 2-byte integer array: pass `tensor.view(torch.int16)`), with a base address (`address`)
+    that is a multiple of the pool's `alignment_bytes`, and no two may overlap.  InvalidArgument when
+    `buffers` is not a mapping, UnknownPool for a name `pools` lacks, BufferMismatch (pool, check, expected,
+    found) for the first buffer that fails a check.  Returns {pool: adopted array in `dtype_of(binding)`}."""
+    if buffers is None:
+        return {}
+    if not isinstance(buffers, Mapping):
+        raise InvalidArgument(action="bind", argument="buffers", value=buffers,
+                              reason=f"must be None or a mapping of pool name to array, got {type(buffers).__name__}")
+    by_name = {b.name: b for b in pools}
+    adopted: dict[str, Any] = {}
+    spans: list[tuple[int, int, str]] = []
+    for name, buffer in buffers.items():
+        if not isinstance(name, str) or name not in by_name:
+            raise UnknownPool(pool=name, known=tuple(by_name), action="bind")
+        binding = by_name[name]
+        try:
+            array = from_dlpack(buffer)
+        except (TypeError, ValueError, BufferError, RuntimeError, AttributeError) as err:
+            bf16 = "bfloat16" in str(getattr(buffer, "dtype", ""))
+            hint = " (a bfloat16 tensor: pass tensor.view(torch.int16))" if bf16 else ""
+            raise BufferMismatch(pool=name, check="dlpack", expected=f"an array exporting DLPack on this executor's "
+                                 f"device{hint}", found=f"{type(buffer).__name__}: {err}") from None
+        want = dtype_of(binding)
+        found_dtype = getattr(array, "dtype", None)
+        if binding.spec.dtype == "bf16" and found_dtype is not None and found_dtype.itemsize == 2 and \
+                found_dtype.kind in "iu":
+            array = array.view(want)  # bf16 bits: uint16 here, int16 from torch
+            found_dtype = array.dtype
+        if tuple(array.shape) != binding.shape:
+            raise BufferMismatch(pool=name, check="shape", expected=binding.shape, found=tuple(array.shape))
+        if found_dtype != want:
+            raise BufferMismatch(pool=name, check="dtype", expected=f"{want} ({binding.spec.dtype})",
+                                 found=found_dtype)
+        if not array.flags.c_contiguous:
+            raise BufferMismatch(pool=name, check="contiguous", expected="C-contiguous", found="strided")
+        if not getattr(array.flags, "writeable", True):
+            raise BufferMismatch(pool=name, check="writable", expected="writable", found="read-only")
+        base = address(array)
+        if base % binding.spec.alignment_bytes:
+            raise BufferMismatch(pool=name, check="alignment",
+                                 expected=f"a base address that is a multiple of {binding.spec.alignment_bytes}",
+                                 found=f"{base:#x}")
+        spans.append((base, base + binding.nbytes, name))
+        adopted[name] = array
+    spans.sort()
+    for (_, end, first), (start, _, second) in zip(spans, spans[1:], strict=False):
+        if start < end:
+            raise BufferMismatch(pool=second, check="overlap", expected="memory of its own",
+                                 found=f"memory shared with pool {first!r}")
+    return adopted
+
+
+def check_pools_fit(estimate: DeviceEstimate, limits: Sequence[tuple[int | None, str]]) -> None:
+    """PoolsTooLarge naming every pool and the bytes needed when `estimate.total` is past any known limit of
+    `limits`, (bytes or None, what they are: "max_bytes", "host memory available"); the smallest known one
+    is compared against.  Nothing is allocated: an executor calls this first in `bind`."""
+    known = [(limit, memory) for limit, memory in limits if limit is not None]
+    if not known:
+        return
+    available, memory = min(known, key=lambda item: item[0])
+    if estimate.total > available:
+        raise PoolsTooLarge(needed_bytes=estimate.total, available_bytes=available, memory=memory,
+                            pools=estimate.largest)
 
 
 class PlanAuthority(Protocol):

@@ -13,6 +13,7 @@ without a GPU (docs/cuda_executor.md).  Nothing here imports CuPy until
 - `to_host(src, dst, stream)` / `to_device(src, dst, stream)`: asynchronous copies between a device
   array and a host array of the same shape and dtype (pinned for real overlap).
 - `address(array)`: the base address of a device or host array.
+- `free_bytes()`: memory a new device allocation can take now (None if unknown); `memory_name` says whose.
 - `capture(stream, step)` -> a graph whose `launch(stream)` replays `step`'s work.
 """
 
@@ -27,6 +28,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hkv_core.errors import MissingDependency, NoDevice
+from hkv_core.executor import available_host_bytes
 
 __all__ = ["Backend", "CupyBackend", "Event", "Graph", "NumpyBackend", "Stream", "cupy_backend", "default_backend",
            "numpy_backend"]
@@ -77,6 +79,10 @@ class Backend(Protocol):
     def to_device(self, src: NDArray[Any], dst: Any, stream: Stream) -> None: ...
 
     def address(self, array: Any) -> int: ...
+
+    memory_name: str  # what `free_bytes` measures, for messages
+
+    def free_bytes(self) -> int | None: ...
 
     def capture(self, stream: Stream, step: Callable[[], None]) -> Graph: ...
 
@@ -133,6 +139,10 @@ class NumpyBackend:
 
     name = "numpy"
     xp: Any = np
+    memory_name = "host memory available (MemAvailable; the stand-in's device is the host)"
+
+    def free_bytes(self) -> int | None:
+        return available_host_bytes()
 
     def empty_aligned(self, nbytes: int, alignment: int) -> NDArray[np.uint8]:
         out: NDArray[np.uint8] = _aligned_bytes(np, nbytes, alignment, self.address)
@@ -174,10 +184,16 @@ class CupyBackend:
     """CuPy on the current CUDA device: pinned staging, streams, events, CUDA Graph capture."""
 
     name = "cupy"
+    memory_name = "free device memory (cudaMemGetInfo, plus CuPy's pool's cached blocks)"
 
     def __init__(self, cupy: Any) -> None:
         self.xp = cupy
         self._cuda = cupy.cuda
+
+    def free_bytes(self) -> int | None:
+        """The device's free memory, and what CuPy's memory pool holds free (it hands those blocks out first)."""
+        free, _total = self._cuda.runtime.memGetInfo()
+        return int(free) + int(self.xp.get_default_memory_pool().free_bytes())
 
     def empty_aligned(self, nbytes: int, alignment: int) -> Any:
         return _aligned_bytes(self.xp, nbytes, alignment, self.address)

@@ -16,7 +16,7 @@ logic runs unchanged on `numpy_backend()`, which CI uses (docs/cuda_executor.md)
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -24,7 +24,16 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from hkv_core.errors import MissingDependency, NoDevice, UnknownPool
-from hkv_core.executor import PlanAuthority, PoolBinding, Run, check_op
+from hkv_core.executor import (
+    PlanAuthority,
+    PoolBinding,
+    Run,
+    adopt_buffers,
+    check_op,
+    check_pools_fit,
+    checked_max_bytes,
+    device_estimate,
+)
 from hkv_core.plan import Checksum, Completion, CopyPages, FillPages, LoadRecord, Plan, StoreRecord, page_digest
 from hkv_core.units import NULL_PAGE
 from hkv_exec_cuda.backend import Backend, Event, cupy_backend
@@ -76,17 +85,36 @@ class CudaExecutor:
 
     # -- bind -----------------------------------------------------------------------------
 
-    def bind(self, pools: Sequence[PoolBinding], authority: PlanAuthority) -> dict[str, int]:
-        """Allocate every pool once (zeroed, base a multiple of its `alignment_bytes`); the base addresses."""
+    def bind(self, pools: Sequence[PoolBinding], authority: PlanAuthority, *, max_bytes: int | None = None,
+             buffers: Mapping[str, Any] | None = None) -> dict[str, int]:
+        """Allocate every pool once (zeroed, base a multiple of its `alignment_bytes`); the base addresses.
+
+        `buffers` ({pool: array}): pools the engine owns - torch CUDA tensors or CuPy arrays on the device (CPU
+        tensors and NumPy arrays on the stand-in) - adopted without a copy through DLPack (`xp.from_dlpack`;
+        checked by `hkv_core.executor.adopt_buffers`: BufferMismatch naming the pool and the check, alignment
+        included) and zeroed on the executor's stream like allocated ones; the executor allocates the rest.
+        Before anything is allocated, the pools to allocate, with their alignment padding, are compared with
+        `max_bytes` (when given) and the memory the backend says is free (`Backend.free_bytes`: the device's, on
+        CuPy): PoolsTooLarge, naming the pools and the bytes needed, when they cannot fit.  Any error leaves the
+        executor unbound and the buffers untouched."""
         assert not self.pools, "pools are static: bind once"
         assert len({p.name for p in pools}) == len(pools), "pool names are unique"
+        limit = checked_max_bytes("bind", max_bytes)
+        adopted = adopt_buffers(pools, buffers, from_dlpack=self.xp.from_dlpack, address=self.backend.address,
+                                dtype_of=lambda b: np.dtype(NUMPY_DTYPES[b.spec.dtype]))
+        check_pools_fit(device_estimate([b for b in pools if b.name not in adopted], padding=True),
+                        [(limit, "max_bytes"), (self.backend.free_bytes(), self.backend.memory_name)])
         with self.stream:  # zeroed on the executor's own stream, done before any plan runs on it
             for binding in pools:
-                dtype = np.dtype(NUMPY_DTYPES[binding.spec.dtype])
-                nbytes = int(np.prod(binding.shape, dtype=np.int64)) * dtype.itemsize
-                raw = self.backend.empty_aligned(nbytes, binding.spec.alignment_bytes)
-                raw[...] = 0
-                self.pools[binding.name] = raw.view(dtype).reshape(binding.shape)
+                if binding.name in adopted:
+                    adopted[binding.name][...] = 0
+                    self.pools[binding.name] = adopted[binding.name]
+                else:
+                    dtype = np.dtype(NUMPY_DTYPES[binding.spec.dtype])
+                    nbytes = int(np.prod(binding.shape, dtype=np.int64)) * dtype.itemsize
+                    raw = self.backend.empty_aligned(nbytes, binding.spec.alignment_bytes)
+                    raw[...] = 0
+                    self.pools[binding.name] = raw.view(dtype).reshape(binding.shape)
                 self.bindings[binding.name] = binding
                 base = self.backend.address(self.pools[binding.name])
                 assert base % binding.spec.alignment_bytes == 0, (binding.name, base)

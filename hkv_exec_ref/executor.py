@@ -8,7 +8,7 @@ Every op is implemented plainly; the host tier is a dict of page copies.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -16,7 +16,17 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from hkv_core.errors import MissingDependency, UnknownPool
-from hkv_core.executor import PlanAuthority, PoolBinding, Run, check_op
+from hkv_core.executor import (
+    PlanAuthority,
+    PoolBinding,
+    Run,
+    adopt_buffers,
+    available_host_bytes,
+    check_op,
+    check_pools_fit,
+    checked_max_bytes,
+    device_estimate,
+)
 from hkv_core.plan import Checksum, Completion, CopyPages, FillPages, LoadRecord, Op, Plan, StoreRecord, page_digest
 from hkv_core.units import NULL_PAGE
 
@@ -62,12 +72,29 @@ class RefExecutor:
 
     # -- bind -----------------------------------------------------------------------------
 
-    def bind(self, pools: Sequence[PoolBinding], authority: PlanAuthority) -> dict[str, int]:
-        """Allocate every pool (zeroed) once and keep the plans' authority; a second bind is a programming error."""
+    def bind(self, pools: Sequence[PoolBinding], authority: PlanAuthority, *, max_bytes: int | None = None,
+             buffers: Mapping[str, Any] | None = None) -> dict[str, int]:
+        """Allocate every pool (zeroed) once and keep the plans' authority; a second bind is a programming error.
+
+        `buffers` ({pool: array}): pools the engine owns - CPU torch tensors, NumPy arrays, anything exporting
+        DLPack - adopted without a copy (`np.from_dlpack`; checked by `hkv_core.executor.adopt_buffers`:
+        BufferMismatch naming the pool and the check) and zeroed like allocated ones; the executor allocates the
+        rest.  Before anything is allocated, the bytes of the pools to allocate are compared with `max_bytes`
+        (when given) and the host memory available now: PoolsTooLarge, naming the pools and the bytes needed,
+        when they cannot fit.  Any error leaves the executor unbound and the buffers untouched."""
         assert not self.pools, "pools are static: bind once"
         assert len({p.name for p in pools}) == len(pools), "pool names are unique"
+        limit = checked_max_bytes("bind", max_bytes)
+        adopted = adopt_buffers(pools, buffers, from_dlpack=np.from_dlpack, address=_address,
+                                dtype_of=lambda b: np.dtype(NUMPY_DTYPES[b.spec.dtype]))
+        check_pools_fit(device_estimate([b for b in pools if b.name not in adopted]),
+                        [(limit, "max_bytes"), (available_host_bytes(), "host memory available (MemAvailable)")])
         for binding in pools:
-            self.pools[binding.name] = np.zeros(binding.shape, NUMPY_DTYPES[binding.spec.dtype])
+            if binding.name in adopted:
+                adopted[binding.name][...] = 0
+                self.pools[binding.name] = adopted[binding.name]
+            else:
+                self.pools[binding.name] = np.zeros(binding.shape, NUMPY_DTYPES[binding.spec.dtype])
             self.bindings[binding.name] = binding
         self._authority = authority
         self._addresses = self.addresses()
@@ -75,7 +102,7 @@ class RefExecutor:
 
     def addresses(self) -> dict[str, int]:
         """Base address of every pool's buffer right now."""
-        return {name: int(array.__array_interface__["data"][0]) for name, array in self.pools.items()}
+        return {name: _address(array) for name, array in self.pools.items()}
 
     # -- run ------------------------------------------------------------------------------
 
@@ -205,6 +232,10 @@ class RefExecutor:
         assert at == src.shape[1], (pool, at, src.shape)
         with self._tally_lock:
             self.tally.entries_written += at
+
+
+def _address(array: NDArray[Any]) -> int:
+    return int(array.__array_interface__["data"][0])
 
 
 def pages_moved(op: Op) -> int:

@@ -14,6 +14,10 @@ and page tables, bounded by `max_request_tokens`), copy plans in flight,
 cache events, the chain memo (`CHAIN_MEMO_ENTRIES`, at most 512 KiB) and the
 compiled lifecycle tables (a few KiB).  A test holds the estimate within 1 %
 (plus 64 KiB) of the bytes of a built manager's arrays.
+
+`estimate_device_bytes(layout, config)` is the same for the executor's side:
+the bytes of every pool `CacheManager(layout, config).bindings()` would hand an
+executor to allocate, per pool and role, with no manager built.
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ from types import MappingProxyType
 import attrs
 
 from hkv_core.errors import MetadataTooLarge
+from hkv_core.executor import DeviceEstimate, PoolBinding, device_estimate
 from hkv_core.layout import Layout
 from hkv_core.manager.config import ManagerConfig
-from hkv_core.manager.lanes import LaneSpec, build_lanes
+from hkv_core.manager.lanes import LaneSpec, build_lanes, managed_pools
 from hkv_core.manager.limits import Limits, object_count
 from hkv_core.manager.roles.window import window_width
 
@@ -69,6 +74,16 @@ def estimate_metadata(layout: Layout, config: ManagerConfig) -> MetadataEstimate
     past its bound, as the constructor would)."""
     lanes = build_lanes(layout, config)
     return metadata_of(layout, config, lanes, Limits.of(layout, config, lanes))
+
+
+def estimate_device_bytes(layout: Layout, config: ManagerConfig, *, padding: bool = False) -> DeviceEstimate:
+    """The bytes of every pool an executor allocates for `CacheManager(layout, config)` (its `bindings()`), per
+    pool, with each pool's role, without building the manager (ConfigError as the constructor would give for
+    an unknown pool).  `padding`: add each pool's alignment, as CudaExecutor over-allocates."""
+    lanes = build_lanes(layout, config)
+    roles = {spec.name: lane.role.value for lane in lanes for spec in lane.members}
+    bindings = [PoolBinding(spec=spec, pages=config.pages_of(spec.name) + 1) for spec in managed_pools(layout, config)]
+    return device_estimate(bindings, padding=padding, roles=roles)
 
 
 def metadata_of(layout: Layout, config: ManagerConfig, lanes: tuple[LaneSpec, ...], limits: Limits) -> MetadataEstimate:

@@ -28,7 +28,7 @@ DOCUMENTED = ("hkv_core", "hkv_core.block_keys", "hkv_core.errors", "hkv_core.ev
               "hkv_exec_ref.engine", "hkv_exec_ref.executor", "hkv_events", "hkv_exec_cuda")
 ERRORS = ("HkvError", "SpecError", "ConfigError", "IllegalTransition", "UnitError", "InvalidTokens", "StaleLease",
           "AdmissionRejected", "OutOfPages", "UnknownRequest", "InvalidRequestState", "UnknownPlan",
-          "InvariantViolation", "UnknownPool", "MissingDependency")
+          "InvariantViolation", "UnknownPool", "MissingDependency", "PoolsTooLarge", "BufferMismatch")
 
 
 def load_generator() -> types.ModuleType:
@@ -162,3 +162,17 @@ def test_api_doc_check_fails_on_a_stale_file(tmp_path: Path) -> None:
     current.write_text(text.replace("- `as_numpy(", "- `as_numpy_renamed("))
     assert GEN.main(["--check", "--out", str(current)]) == 1
     assert GEN.main(["--check", "--out", str(tmp_path / "absent.md")]) == 1
+
+
+def test_version_is_pyprojects_and_the_license_ships() -> None:
+    """`hkv_core.__version__` is pyproject's version; the LICENSE is the Apache-2.0 text pyproject declares, and the
+    CHANGELOG names the version."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert hkv_core.__version__ == project["version"]
+    assert project["license"] == {"text": "Apache-2.0"}
+    license_text = (ROOT / "LICENSE").read_text()
+    assert "Apache License" in license_text and "Version 2.0, January 2004" in license_text
+    assert "END OF TERMS AND CONDITIONS" in license_text and len(license_text.splitlines()) > 150
+    assert f"## {project['version']}" in (ROOT / "CHANGELOG.md").read_text()

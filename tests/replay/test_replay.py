@@ -81,3 +81,17 @@ def test_mooncake_reference_figures() -> None:
     assert belady.block_hit_rate == pytest.approx(0.616, abs=0.01)
     adaptive = replay(requests, ReplayConfig(capacity_tokens=10_000 * 512, policy="adaptive"))  # the issue's target
     assert adaptive.block_hit_rate >= lru.block_hit_rate + 0.2 * (belady.block_hit_rate - lru.block_hit_rate)
+
+
+def test_docs_say_where_the_mooncake_trace_comes_from() -> None:
+    """docs/replay.md names the Mooncake release the shared trace is, its checksum and where the tests read it;
+    the trace beside this checkout, when there, is that file."""
+    import hashlib
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "replay.md").read_text()
+    sha = "bd070915a98fc0ed264d7cfef2ce746002eb3076a695ec31ba2674c0111ec131"
+    for needed in ("kvcache-ai/Mooncake", "FAST25-release/traces/synthetic_trace.jsonl", "FAST'25", sha,
+                   MOONCAKE.name, "a `shared/traces` folder beside"):
+        assert needed in docs, needed
+    if MOONCAKE.exists():
+        assert hashlib.sha256(MOONCAKE.read_bytes()).hexdigest() == sha
