@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -140,6 +141,21 @@ def test_inspect_says_why_a_file_is_no_config(name: str, reason: str, files: dic
     assert run(["inspect", files[name], "--json"]) == USAGE
     error = json.loads(capsys.readouterr().out)["error"]
     assert reason in error["message"] and "no such" not in error["message"], error
+
+
+def _at_most_4_gib() -> None:  # a replay that reads /dev/zero whole fails here instead of taking the machine
+    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+
+@pytest.mark.parametrize("name", ["zero", "fifo", "dir"])
+def test_replay_refuses_what_is_not_a_regular_file(name: str, files: dict[str, str]) -> None:
+    """issue 27 (1, 2): `hkv replay /dev/zero` read until memory ran out, `hkv replay FIFO` waited forever."""
+    done = subprocess.run([sys.executable, "-m", "hkv_cli.main", "replay", files[name], "--json"],
+                          capture_output=True, text=True, timeout=60, preexec_fn=_at_most_4_gib)
+    assert done.returncode == USAGE, done.stdout + done.stderr
+    error = json.loads(done.stdout)["error"]
+    assert error["type"] in ("ConfigError", "BadParameter"), error
+    assert "not a regular file" in error["message"] or "is a directory" in error["message"], error
 
 
 def test_output_path_errors_name_option_path_and_reason(files: dict[str, str]) -> None:
