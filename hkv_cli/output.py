@@ -8,6 +8,7 @@ file names) or holds literal brackets (`'hkv[plot]'`) goes through `plain`
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import Any
 
@@ -24,9 +25,20 @@ def plain(value: object) -> str:
     return escape(str(value))
 
 
+def strict(value: Any) -> Any:
+    """`value` with every float strict JSON cannot hold (NaN, infinities) as its name: "nan", "inf", "-inf"."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, dict):
+        return {key: strict(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [strict(item) for item in value]
+    return value
+
+
 def print_json(payload: dict[str, Any]) -> None:
-    """Machine-readable output: one JSON document on stdout."""
-    sys.stdout.write(json.dumps(payload, indent=2, sort_keys=False, default=str) + "\n")
+    """Machine-readable output: one strict JSON document on stdout (no bare NaN or Infinity)."""
+    sys.stdout.write(json.dumps(strict(payload), indent=2, sort_keys=False, default=str, allow_nan=False) + "\n")
 
 
 def print_error(kind: str, message: str, fields: dict[str, Any], status: int, *, as_json: bool) -> None:

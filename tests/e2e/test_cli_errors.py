@@ -4,6 +4,7 @@ documented exit status; the bounds are in --help; every command's --json parses.
 from __future__ import annotations
 
 import json
+import math
 import os
 import resource
 import signal
@@ -17,6 +18,7 @@ import pytest
 from hkv_cli import check_cmd
 from hkv_cli.errors import FAILED, INTERNAL, INTERRUPTED, USAGE, OutputPathError, output_folder
 from hkv_cli.main import run, wants_json
+from hkv_cli.output import print_error, print_json
 from hkv_core.layout.bounds import CONFIG_FILE_BYTES_MAX
 
 
@@ -204,6 +206,31 @@ def test_a_closed_stdout_stops_quietly_with_1() -> None:
     assert reader.wait() == FAILED, err
     no_traceback(err)
     assert err == ""
+
+
+def strict_json(text: str) -> object:
+    """`text` parsed as strict JSON: a bare NaN or Infinity fails the test."""
+    def refuse(name: str) -> object:
+        raise AssertionError(f"not strict JSON: {name} in {text}")
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("args", [["--draft-k", "4", "--accept-probability", "nan"], ["--accept-probability", "nan"],
+                                  ["--accept-probability", "NaN"], ["--accept-probability", "-inf"]])
+def test_a_nan_accept_probability_is_refused_in_strict_json(args: list[str], tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """issue 27 (3): the error wrote a bare NaN; without --draft-k, nan passed the 0<=x<=1 range."""
+    assert run(["demo", "--requests", "1", "--out", str(tmp_path), *args, "--json"]) == USAGE
+    error = strict_json(capsys.readouterr().out)["error"]  # type: ignore[index]
+    assert error["type"] == "BadParameter" and error["fields"] == {"param": "--accept-probability"}, error
+    assert "0.0<=x<=1.0" in error["message"] and not list(tmp_path.iterdir())
+
+
+def test_json_output_and_errors_are_strict_json(capsys: pytest.CaptureFixture[str]) -> None:
+    print_json({"a": math.nan, "b": [math.inf, -math.inf, 0.5], "c": {"d": (1, math.nan)}})
+    assert strict_json(capsys.readouterr().out) == {"a": "nan", "b": ["inf", "-inf", 0.5], "c": {"d": [1, "nan"]}}
+    print_error("InvalidArgument", "value=nan", {"value": math.nan}, USAGE, as_json=True)
+    assert strict_json(capsys.readouterr().out)["error"]["fields"] == {"value": "nan"}  # type: ignore[index]
 
 
 def test_json_is_asked_for_only_before_a_double_dash() -> None:
