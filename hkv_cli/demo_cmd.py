@@ -25,6 +25,7 @@ from hkv_cli.params import FiniteFloatRange
 from hkv_core.executor import Executor
 from hkv_core.spec.validation import load_validation
 from hkv_exec_cuda import CudaExecutor, cupy_backend, numpy_backend
+from hkv_exec_ref import hf
 from hkv_exec_ref.demo import DemoReport, WorkloadConfig, generate_trace, run_demo
 from hkv_exec_ref.demo.chart import write_chart
 from hkv_exec_ref.demo.runner import HF_MODEL, MODELS
@@ -116,6 +117,8 @@ def demo_command(requests: int, seed: int, out_dir: str, fault: str | None, draf
     if remote and (tiers or draft_k or fault or executor_name != "ref" or model != "tiny-v4"):
         raise click.UsageError("--remote runs without --tiers, --draft-k, --fault, --executor and --model")
     make_executor = EXECUTORS[executor_name]()  # NoDevice / MissingDependency (exit 2) before anything is served
+    if model == HF_MODEL:
+        hf.require("--model hf-deepseek-v4")  # MissingDependency (exit 2) without the hf extra
     folder = output_folder("--out", Path(out_dir))
     if remote:
         master_binary()  # MissingDependency (exit 2) before anything starts
