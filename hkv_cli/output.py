@@ -9,15 +9,31 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
 from rich.text import Text
 
+PIPE_WIDTH = 4096  # stdout to a pipe or a file: wide enough that no table is cut and no line (a path) wrapped
+
+
+class _Stdout(Console):
+    """stdout: at a terminal (or with COLUMNS set) as wide as that; written to a pipe or a file PIPE_WIDTH wide,
+    so a table is as wide as its cells need (rich would cut it to 80 columns: `11,0…`)."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        wrapped = super().size
+        if self.is_terminal or "COLUMNS" in os.environ:
+            return wrapped
+        return ConsoleDimensions(PIPE_WIDTH, wrapped.height)
+
+
 console = Console(stderr=True)
-out = Console()
+out = _Stdout()
 
 
 def plain(value: object) -> str:
