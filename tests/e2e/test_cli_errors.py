@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hkv_cli import check_cmd
+from hkv_cli import check_cmd, replay_cmd
 from hkv_cli.errors import FAILED, INTERNAL, INTERRUPTED, USAGE, OutputPathError, output_folder
 from hkv_cli.main import run, wants_json
 from hkv_cli.output import print_error, print_json
@@ -109,6 +109,9 @@ BAD_INPUTS = [
     (["inspect", "{zero}"], "ConfigError"),
     (["inspect", "tiny_v4", "--tokens", "-1"], "BadParameter"),
     (["no_such_command"], "NoSuchCommand"),
+    (["replay", "{file}", "--host-tokens", str(2**40 + 1)], "BadParameter"),  # issue 27 (12): no upper bound
+    (["replay", "{file}", "--disk-tokens", str(2**40 + 1)], "BadParameter"),
+    (["replay", "{file}", "--sweep", "--out", "{under_file}"], "OutputPathError"),  # before the trace is read
 ]
 
 
@@ -160,11 +163,33 @@ def test_replay_refuses_what_is_not_a_regular_file(name: str, files: dict[str, s
     assert "not a regular file" in error["message"] or "is a directory" in error["message"], error
 
 
+@pytest.mark.parametrize("instances", [[], ["--instances", "2"]], ids=["policies", "cluster"])
+def test_replay_sweep_checks_its_out_folder_before_the_sweep(instances: list[str], files: dict[str, str],
+                                                             tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """issue 27 (12): an unwritable --out was found after the whole sweep (17.5 s)."""
+    def no_sweep(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("the sweep started")
+
+    monkeypatch.setattr(replay_cmd, "replay", no_sweep)
+    monkeypatch.setattr(replay_cmd, "cluster_results", no_sweep)
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [1]}\n')
+    args = ["replay", str(trace), "--block-tokens", "4", "--sweep", *instances, "--json"]
+    for out, reason in ((files["under_file"], "Not a directory"), (os.devnull, "Not a directory")):
+        assert run([*args, "--out", out]) == USAGE
+        error = json.loads(capsys.readouterr().out)["error"]
+        assert error["type"] == "OutputPathError" and error["fields"]["reason"] == reason, error
+
+
 def test_output_path_errors_name_option_path_and_reason(files: dict[str, str]) -> None:
     with pytest.raises(OutputPathError) as err:
         output_folder("--out", Path(files["under_file"]))
     assert err.value.fields == {"option": "--out", "path": files["under_file"], "reason": "Not a directory",
                                 "errno": 20}
+    with pytest.raises(OutputPathError) as err:  # issue 27: said "File exists"
+        output_folder("--out", Path(os.devnull))
+    assert err.value.fields == {"option": "--out", "path": os.devnull, "reason": "Not a directory", "errno": 20}
 
 
 def test_the_real_process_prints_no_traceback_and_json_on_stdout(files: dict[str, str]) -> None:
