@@ -21,9 +21,11 @@ from rich.table import Table
 from hkv_cli import demo_remote
 from hkv_cli.errors import FAILED, OK, output_folder, writing
 from hkv_cli.output import console, out, plain, print_json
+from hkv_cli.params import FiniteFloatRange
 from hkv_core.executor import Executor
 from hkv_core.spec.validation import load_validation
 from hkv_exec_cuda import CudaExecutor, cupy_backend, numpy_backend
+from hkv_exec_ref import hf
 from hkv_exec_ref.demo import DemoReport, WorkloadConfig, generate_trace, run_demo
 from hkv_exec_ref.demo.chart import write_chart
 from hkv_exec_ref.demo.runner import HF_MODEL, MODELS
@@ -82,7 +84,7 @@ UNITS = {
               help="Testing: break every resume from the pools this way; the check must then fail (exit 1).")
 @click.option("--draft-k", default=0, show_default=True, type=click.IntRange(0, MAX_DRAFT_TOKENS),
               help="Decode speculatively with this many draft tokens per step (0: off); outputs must not change.")
-@click.option("--accept-probability", default=0.6, show_default=True, type=click.FloatRange(0.0, 1.0),
+@click.option("--accept-probability", default=0.6, show_default=True, type=FiniteFloatRange(0.0, 1.0),
               help="With --draft-k: the chance that each draft token is the target's own choice.")
 @click.option("--tiers", is_flag=True,
               help="Back a smaller device with a host tier and a disk tier (in OUT/tier-cache, emptied first), "
@@ -115,6 +117,8 @@ def demo_command(requests: int, seed: int, out_dir: str, fault: str | None, draf
     if remote and (tiers or draft_k or fault or executor_name != "ref" or model != "tiny-v4"):
         raise click.UsageError("--remote runs without --tiers, --draft-k, --fault, --executor and --model")
     make_executor = EXECUTORS[executor_name]()  # NoDevice / MissingDependency (exit 2) before anything is served
+    if model == HF_MODEL:
+        hf.require("--model hf-deepseek-v4")  # MissingDependency (exit 2) without the hf extra
     folder = output_folder("--out", Path(out_dir))
     if remote:
         master_binary()  # MissingDependency (exit 2) before anything starts

@@ -21,8 +21,11 @@ quietly with status 1, as click ends any command whose output pipe closed.
 
 from __future__ import annotations
 
+import errno
+import os
+import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from hkv_core.errors import HkvError
@@ -62,7 +65,16 @@ def writing(option: str, path: Path) -> Iterator[None]:
 def output_folder(option: str, path: Path) -> Path:
     """Create the folder `path` (and its parents) for `option`; OutputPathError when that is impossible."""
     with writing(option, path):
-        path.mkdir(parents=True, exist_ok=True)
+        with suppress(FileExistsError):  # something that is no folder (/dev/null): say so, not "File exists"
+            path.mkdir(parents=True, exist_ok=True)
         if not path.is_dir():
-            raise NotADirectoryError(20, "not a directory", str(path))
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path))
     return path
+
+
+def writable_folder(option: str, path: Path) -> Path:
+    """`output_folder`, then a file made and removed in it: OutputPathError now, not after a long run."""
+    folder = output_folder(option, path)
+    with writing(option, folder):
+        tempfile.TemporaryFile(dir=folder).close()
+    return folder

@@ -17,12 +17,13 @@ from rich.table import Table
 
 from hkv_cli.charts import line_chart
 from hkv_cli.cluster_out import cluster_configs, cluster_results, print_cluster, write_cluster_chart
-from hkv_cli.errors import OK
+from hkv_cli.errors import OK, writable_folder
 from hkv_cli.output import console, out, plain, print_json
 from hkv_core.layout import preset_names
 from hkv_core.manager.config_bounds import MAX_REQUEST_TOKENS
 from hkv_core.replay import POLICIES, ReplayConfig, ReplayResult, TraceRequest, read_trace, replay
 from hkv_core.replay.cluster import ROUTERS, ClusterConfig
+from hkv_exec_ref.demo.chart import plotting_available
 
 SWEEP_BLOCKS = (1_000, 3_000, 10_000, 30_000, None)  # None: unbounded
 CHART_NAME = "replay_sweep.png"
@@ -61,9 +62,9 @@ def remote_capacity(value: str) -> int:
               help="Preset layout whose manager replays the trace.")
 @click.option("--block-tokens", default=512, show_default=True, type=click.IntRange(1, MAX_REQUEST_TOKENS),
               help="Tokens per block: the trace's hash ids name blocks of this size.")
-@click.option("--host-tokens", default=0, show_default=True, type=click.IntRange(0, None),
+@click.option("--host-tokens", default=0, show_default=True, type=click.IntRange(0, MAX_CAPACITY_TOKENS),
               help="A host tier below the device, in tokens (docs/replay.md: the replay's tier model).")
-@click.option("--disk-tokens", default=0, show_default=True, type=click.IntRange(0, None),
+@click.option("--disk-tokens", default=0, show_default=True, type=click.IntRange(0, MAX_CAPACITY_TOKENS),
               help="A disk tier below the host, in tokens.")
 @click.option("--instances", default=None, type=click.IntRange(1, MAX_INSTANCES),
               help="Replay over this many serving instances behind a router, each with --capacity-tokens (and "
@@ -84,6 +85,8 @@ def replay_command(trace: str, policies: tuple[str, ...], capacity_tokens: str, 
     """Replay TRACE (Mooncake JSON lines) through the cache manager; print block and token hit rates."""
     if instances is None and remote.strip() != "0":
         raise click.UsageError("--remote-capacity-tokens needs --instances (a remote tier is shared by instances)")
+    if sweep and plotting_available():  # the sweep's chart goes there: an unwritable --out fails before the sweep
+        writable_folder("--out", Path(out_dir))
     requests = read_trace(trace, block_tokens)
     if instances is not None:
         base = ReplayConfig(layout=layout, block_tokens=block_tokens, capacity_tokens=capacity(capacity_tokens),

@@ -42,7 +42,8 @@ class SpecError(HkvError):
 
     def __init__(self, message: str, *, file: str, table: str, key: str, kind: str | None = None) -> None:
         where = f"kind {kind!r}, " if kind is not None else ""
-        super().__init__(f"{file} [{table}] {where}{key}: {message}", file=file, table=table, key=key, kind=kind)
+        at = f" [{table}] {where}{key}" if table or key != "*" else ""  # a fault of the whole file: the file only
+        super().__init__(f"{file}{at}: {message}", file=file, table=table, key=key, kind=kind)
         self.file, self.table, self.key, self.kind = file, table, key, kind
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -17,15 +19,27 @@ def as_token_array(tokens: ArrayLike) -> np.ndarray:
     """`tokens` as an array.  A list (or tuple) of ints is packed straight into a new int64 array in one C loop
     (`struct.pack_into`, about twice as fast as `array('q')` and, like it, refusing floats rather than
     truncating them), an empty one included; anything else as NumPy infers it (a float list stays float:
-    InvalidTokens later)."""
+    InvalidTokens later).  A bool in a list is InvalidTokens, as a bool array is (`pack_into` takes it as 0 / 1)."""
     if isinstance(tokens, list | tuple):
         out = np.empty(len(tokens), np.int64)
         try:
             struct.pack_into(f"={len(tokens)}q", out.data, 0, *tokens)
-            return out
-        except struct.error:
-            pass  # not all ints in range: the inferred array below says what is wrong
+        except struct.error:  # not all ints in range: the inferred array says what is wrong
+            inferred = np.asarray(tokens)
+            if inferred.dtype.kind in "iu":  # ints and NumPy bools mixed: NumPy made ints of the bools
+                _refuse_bools(tokens, range(len(tokens)))
+            return inferred
+        _refuse_bools(tokens, np.flatnonzero(out.view(np.uint64) <= 1))  # only a 0 or a 1 can have been a bool
+        return out
     return np.asarray(tokens)
+
+
+def _refuse_bools(tokens: list[Any] | tuple[Any, ...], where: Iterable[int]) -> None:
+    """InvalidTokens if `tokens` holds a bool at one of the indices `where`."""
+    for i in where:
+        if isinstance(tokens[i], bool | np.bool_):
+            raise InvalidTokens(f"token ids must be integers, got a bool at index {i}: {tokens[i]!r}",
+                                dtype=None, shape=None)
 
 
 def add_request(core: Core, tokens: ArrayLike, extra: ExtraKeys) -> int:

@@ -393,6 +393,9 @@ class CacheManager:
     # ------------------------------------------------------------------ helpers
 
     def _request(self, rid: int, action: str) -> RequestState:
+        if isinstance(rid, bool):  # an int to Python, but never a request id (True would name request 1)
+            raise InvalidArgument(action=action, argument="rid", value=rid, reason="must be an int request id, "
+                                  "not a bool")
         req = self.core.requests.by_rid.get(rid) if isinstance(rid, int | np.integer) else None
         if req is None:
             raise UnknownRequest(request_id=rid, action=action)

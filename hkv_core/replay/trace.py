@@ -5,14 +5,20 @@ Fields: `timestamp` (ms, >= 0), `input_length` (tokens, >= 1), `output_length`
 prefix-chained: equal id at equal position means an equal prefix up to it;
 `len(hash_ids) == ceil(input_length / block_tokens)`, the last block may be
 partial).  A malformed line raises ConfigError naming the line and the field;
-nothing is replayed from a trace with one bad line.
+nothing is replayed from a trace with one bad line.  The trace must be a
+regular file (a FIFO would block, a device never end) of at most
+MAX_TRACE_BYTES, each line at most MAX_TRACE_LINE_BYTES: it is read line by
+line, so nothing past those limits is ever held in memory.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import os
+import stat
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import attrs
 import numpy as np
@@ -20,9 +26,10 @@ from numpy.typing import NDArray
 
 from hkv_core.errors import ConfigError
 
-__all__ = ["MAX_TRACE_BYTES", "TraceRequest", "check_requests", "prompt_of", "read_trace"]
+__all__ = ["MAX_TRACE_BYTES", "MAX_TRACE_LINE_BYTES", "TraceRequest", "check_requests", "prompt_of", "read_trace"]
 
 MAX_TRACE_BYTES = 1 << 30  # a trace is read whole: at most 1 GiB (the shared Mooncake trace is 3.6 MB)
+MAX_TRACE_LINE_BYTES = 1 << 20  # one line, its newline included: about 90,000 hash ids (the trace's longest: 2 KB)
 MAX_HASH_ID = 2**31 - 1  # a block's first token is its hash id: token ids are below 2**31
 
 
@@ -75,17 +82,50 @@ def read_trace(path: str | Path, block_tokens: int) -> list[TraceRequest]:
     source = str(path)
     if isinstance(block_tokens, bool) or not isinstance(block_tokens, int) or block_tokens < 1:
         raise ConfigError(f"must be an integer >= 1, got {block_tokens!r}", source=source, key="block_tokens")
-    try:
-        if Path(path).stat().st_size > MAX_TRACE_BYTES:
-            raise ConfigError(f"larger than {MAX_TRACE_BYTES:,} bytes", source=source, key="file")
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"cannot read the trace: {err}", source=source, key="file") from None
-    numbered = [(i, _request(i, source, text, block_tokens)) for i, text in enumerate(lines, 1) if text.strip()]
+    with _open_regular(path, source) as handle:
+        numbered = [(i, _request(i, source, text, block_tokens)) for i, text in _lines(handle, source)
+                    if text.strip()]
     if not numbered:
         raise ConfigError("no requests in the trace", source=source, key="file")
     _check_prefixes(numbered, source)
     return sorted((r for _, r in numbered), key=lambda r: r.timestamp)
+
+
+def _open_regular(path: str | Path, source: str) -> BinaryIO:
+    """`path` opened for reading, ConfigError unless it is a regular file of at most MAX_TRACE_BYTES.  Opened
+    non-blocking, so a FIFO is refused at once rather than waited on."""
+    def fail(why: str) -> ConfigError:
+        return ConfigError(why, source=source, key="file")
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as err:
+        raise fail(f"cannot read the trace: {err.strerror or err}") from None
+    status = os.fstat(fd)
+    if not stat.S_ISREG(status.st_mode) or status.st_size > MAX_TRACE_BYTES:
+        os.close(fd)
+        raise fail("not a regular file (a FIFO would block, a device never end)"
+                   if not stat.S_ISREG(status.st_mode) else f"larger than {MAX_TRACE_BYTES:,} bytes")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def _lines(handle: BinaryIO, source: str) -> Iterator[tuple[int, str]]:
+    """(line number, text) of every line; ConfigError for a line over MAX_TRACE_LINE_BYTES, a file grown past
+    MAX_TRACE_BYTES or text that is not UTF-8.  Never holds more than one line."""
+    total = 0
+    for number, raw in enumerate(iter(lambda: handle.readline(MAX_TRACE_LINE_BYTES + 1), b""), 1):
+        total += len(raw)
+        if total > MAX_TRACE_BYTES:
+            raise ConfigError(f"larger than {MAX_TRACE_BYTES:,} bytes", source=source, key="file")
+        if len(raw) > MAX_TRACE_LINE_BYTES:
+            raise ConfigError(f"line {number}: longer than {MAX_TRACE_LINE_BYTES:,} bytes", source=source,
+                              key="line")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"line {number}: not UTF-8 (byte {err.start})", source=source, key="line") from None
+        yield number, text
 
 
 def _check_prefixes(numbered: list[tuple[int, TraceRequest]], source: str) -> None:

@@ -11,6 +11,7 @@ process death releases it.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -28,6 +29,8 @@ class CacheDirectory:
     def __init__(self, directory: Path) -> None:
         self.path = directory
         try:
+            if directory.exists() and not directory.is_dir():  # mkdir would say "File exists" (/dev/null)
+                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(directory))
             directory.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as err:

@@ -124,3 +124,10 @@ def test_a_spec_file_that_is_no_spec_is_a_spec_error_for_api_callers_too(tmp_pat
         with pytest.raises(SpecError, match=why) as info:
             load_lifecycle(path)
         assert info.value.file == str(path)
+        assert info.value.message.startswith(f"{path}: {why}"), info.value.message  # issue 27: not `[] *:`
+    broken = tmp_path / "bad.toml"
+    broken.write_text("[[[")
+    with pytest.raises(SpecError) as info:
+        load_lifecycle(broken)
+    assert info.value.message.startswith(f"{broken}: invalid TOML: ")
+    assert (info.value.table, info.value.key) == ("", "*")  # the fields still say: the whole file

@@ -1,6 +1,7 @@
 """The command line as a user runs it: exit codes, --json output, typed errors."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -148,3 +149,30 @@ def test_replay_json_and_a_malformed_trace(tmp_path: Path) -> None:
     bad = hkv("replay", str(trace), "--block-tokens", "4", "--json")
     assert bad.returncode == 2 and json.loads(bad.stdout)["error"]["fields"]["key"] == "line"
     assert hkv("replay", str(trace), "--capacity-tokens", "lots").returncode == 2
+
+
+
+def test_tables_to_a_pipe_are_complete_not_cut_to_80_columns(tmp_path: Path) -> None:
+    """issue 27 (11): piped or redirected, rich cut tables to 80 columns (`11,0…`) and wrapped paths mid-word."""
+    folder = tmp_path / ("a-folder-whose-name-is-long-enough-that-a-path-in-it-passes-eighty-columns" * 2)
+    folder.mkdir()
+    trace = folder / "trace.jsonl"
+    lines = [{"timestamp": i, "input_length": 5, "output_length": 1, "hash_ids": [ord(c), 1000 + i]}
+             for i, c in enumerate("ABCADAB")]
+    trace.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}  # as `hkv ... | less` runs
+
+    def piped(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "hkv_cli.main", *args], capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr
+        assert "…" not in done.stdout, done.stdout
+        return done.stdout
+
+    table = piped("replay", str(trace), "--block-tokens", "4", "--capacity-tokens", "8", "--host-tokens", "1000",
+                  "--disk-tokens", "1000")
+    header = next(line for line in table.splitlines() if "policy" in line)
+    for column in ("capacity (blocks)", "block hit rate", "from host / disk (tokens)", "load / split / recompute"):
+        assert column in header, table
+    demo = piped("demo", "--requests", "2", "--out", str(folder))
+    assert f"trace: {folder / 'demo_trace.jsonl'}" in demo.splitlines(), demo
+    assert any("trace records, served in arrival order" in line for line in demo.splitlines()), demo

@@ -4,7 +4,9 @@ documented exit status; the bounds are in --help; every command's --json parses.
 from __future__ import annotations
 
 import json
+import math
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -13,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from hkv_cli import check_cmd
+from hkv_cli import check_cmd, replay_cmd
 from hkv_cli.errors import FAILED, INTERNAL, INTERRUPTED, USAGE, OutputPathError, output_folder
 from hkv_cli.main import run, wants_json
+from hkv_cli.output import print_error, print_json
 from hkv_core.layout.bounds import CONFIG_FILE_BYTES_MAX
 
 
@@ -106,6 +109,9 @@ BAD_INPUTS = [
     (["inspect", "{zero}"], "ConfigError"),
     (["inspect", "tiny_v4", "--tokens", "-1"], "BadParameter"),
     (["no_such_command"], "NoSuchCommand"),
+    (["replay", "{file}", "--host-tokens", str(2**40 + 1)], "BadParameter"),  # issue 27 (12): no upper bound
+    (["replay", "{file}", "--disk-tokens", str(2**40 + 1)], "BadParameter"),
+    (["replay", "{file}", "--sweep", "--out", "{under_file}"], "OutputPathError"),  # before the trace is read
 ]
 
 
@@ -142,11 +148,48 @@ def test_inspect_says_why_a_file_is_no_config(name: str, reason: str, files: dic
     assert reason in error["message"] and "no such" not in error["message"], error
 
 
+def _at_most_4_gib() -> None:  # a replay that reads /dev/zero whole fails here instead of taking the machine
+    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+
+@pytest.mark.parametrize("name", ["zero", "fifo", "dir"])
+def test_replay_refuses_what_is_not_a_regular_file(name: str, files: dict[str, str]) -> None:
+    """issue 27 (1, 2): `hkv replay /dev/zero` read until memory ran out, `hkv replay FIFO` waited forever."""
+    done = subprocess.run([sys.executable, "-m", "hkv_cli.main", "replay", files[name], "--json"],
+                          capture_output=True, text=True, timeout=60, preexec_fn=_at_most_4_gib)
+    assert done.returncode == USAGE, done.stdout + done.stderr
+    error = json.loads(done.stdout)["error"]
+    assert error["type"] in ("ConfigError", "BadParameter"), error
+    assert "not a regular file" in error["message"] or "is a directory" in error["message"], error
+
+
+@pytest.mark.parametrize("instances", [[], ["--instances", "2"]], ids=["policies", "cluster"])
+def test_replay_sweep_checks_its_out_folder_before_the_sweep(instances: list[str], files: dict[str, str],
+                                                             tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """issue 27 (12): an unwritable --out was found after the whole sweep (17.5 s)."""
+    def no_sweep(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("the sweep started")
+
+    monkeypatch.setattr(replay_cmd, "replay", no_sweep)
+    monkeypatch.setattr(replay_cmd, "cluster_results", no_sweep)
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [1]}\n')
+    args = ["replay", str(trace), "--block-tokens", "4", "--sweep", *instances, "--json"]
+    for out, reason in ((files["under_file"], "Not a directory"), (os.devnull, "Not a directory")):
+        assert run([*args, "--out", out]) == USAGE
+        error = json.loads(capsys.readouterr().out)["error"]
+        assert error["type"] == "OutputPathError" and error["fields"]["reason"] == reason, error
+
+
 def test_output_path_errors_name_option_path_and_reason(files: dict[str, str]) -> None:
     with pytest.raises(OutputPathError) as err:
         output_folder("--out", Path(files["under_file"]))
     assert err.value.fields == {"option": "--out", "path": files["under_file"], "reason": "Not a directory",
                                 "errno": 20}
+    with pytest.raises(OutputPathError) as err:  # issue 27: said "File exists"
+        output_folder("--out", Path(os.devnull))
+    assert err.value.fields == {"option": "--out", "path": os.devnull, "reason": "Not a directory", "errno": 20}
 
 
 def test_the_real_process_prints_no_traceback_and_json_on_stdout(files: dict[str, str]) -> None:
@@ -188,6 +231,31 @@ def test_a_closed_stdout_stops_quietly_with_1() -> None:
     assert reader.wait() == FAILED, err
     no_traceback(err)
     assert err == ""
+
+
+def strict_json(text: str) -> object:
+    """`text` parsed as strict JSON: a bare NaN or Infinity fails the test."""
+    def refuse(name: str) -> object:
+        raise AssertionError(f"not strict JSON: {name} in {text}")
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("args", [["--draft-k", "4", "--accept-probability", "nan"], ["--accept-probability", "nan"],
+                                  ["--accept-probability", "NaN"], ["--accept-probability", "-inf"]])
+def test_a_nan_accept_probability_is_refused_in_strict_json(args: list[str], tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """issue 27 (3): the error wrote a bare NaN; without --draft-k, nan passed the 0<=x<=1 range."""
+    assert run(["demo", "--requests", "1", "--out", str(tmp_path), *args, "--json"]) == USAGE
+    error = strict_json(capsys.readouterr().out)["error"]  # type: ignore[index]
+    assert error["type"] == "BadParameter" and error["fields"] == {"param": "--accept-probability"}, error
+    assert "0.0<=x<=1.0" in error["message"] and not list(tmp_path.iterdir())
+
+
+def test_json_output_and_errors_are_strict_json(capsys: pytest.CaptureFixture[str]) -> None:
+    print_json({"a": math.nan, "b": [math.inf, -math.inf, 0.5], "c": {"d": (1, math.nan)}})
+    assert strict_json(capsys.readouterr().out) == {"a": "nan", "b": ["inf", "-inf", 0.5], "c": {"d": [1, "nan"]}}
+    print_error("InvalidArgument", "value=nan", {"value": math.nan}, USAGE, as_json=True)
+    assert strict_json(capsys.readouterr().out)["error"]["fields"] == {"value": "nan"}  # type: ignore[index]
 
 
 def test_json_is_asked_for_only_before_a_double_dash() -> None:

@@ -64,6 +64,18 @@ def test_demo_serves_hf_deepseek_v4_checked_against_hf(tmp_path: Path) -> None:
     assert refused.returncode == 2 and "runs without" in json.loads(refused.stdout)["error"]["message"]
 
 
+def test_demo_without_the_hf_extra_is_missing_dependency_exit_2(tmp_path: Path) -> None:
+    """issue 27 (4): without torch / transformers `--model hf-deepseek-v4` was an internal error (exit 70)."""
+    for hidden in ("torch", "transformers"):
+        start = (f"import sys; sys.modules[{hidden!r}] = None; from hkv_cli.main import main; "  # as if not installed
+                 f"main(['demo', '--out', {str(tmp_path)!r}, '--model', 'hf-deepseek-v4', '--json'])")
+        done = subprocess.run([sys.executable, "-c", start], capture_output=True, text=True)
+        assert done.returncode == 2, done.stdout + done.stderr
+        error = json.loads(done.stdout)["error"]
+        assert error["type"] == "MissingDependency" and error["fields"]["package"] == hidden, error
+        assert "pip install 'hkv[hf]'" in error["message"] and not (tmp_path / "demo_trace.jsonl").exists()
+
+
 def test_demo_on_a_gpu_without_one_is_a_typed_error_exit_2(tmp_path: Path) -> None:
     from hkv_core.errors import MissingDependency, NoDevice
     from hkv_exec_cuda import cupy_backend

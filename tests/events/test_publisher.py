@@ -8,6 +8,7 @@ import pytest
 zmq = pytest.importorskip("zmq", reason="the events extra (pyzmq) is not installed")
 pytest.importorskip("msgspec", reason="the events extra (msgspec) is not installed")
 
+from hkv_core.errors import InvalidArgument  # noqa: E402
 from hkv_core.events import AllBlocksCleared, BlockRemoved, BlockStored, ResumePointStored  # noqa: E402
 from hkv_core.layout import Layout  # noqa: E402
 from hkv_core.manager import CacheManager, ManagerConfig  # noqa: E402
@@ -111,3 +112,28 @@ def test_a_malformed_payload_is_refused() -> None:
 
     with pytest.raises(msgspec.DecodeError):
         decode_batch(b"\xc1 not msgpack")
+
+
+@pytest.mark.parametrize("endpoint", ["tcp://127.0.0.1:99999", "tcp://127.0.0.1:0", "tcp://127.0.0.1:-1",
+                                      "tcp://*:65536", "tcp://127.0.0.1:port", "tcp://127.0.0.1"])
+def test_a_port_out_of_range_is_refused(endpoint: str) -> None:
+    """issue 27 (12): ZeroMQ wrapped port 99999 to 34463 and connected there."""
+    with pytest.raises(InvalidArgument) as err:
+        ZmqEventPublisher(endpoint, context=zmq.Context())
+    assert err.value.argument == "endpoint" and err.value.value == endpoint, err.value
+    assert "1..65535" in err.value.reason or "refused" in err.value.reason
+
+
+def test_a_closed_publisher_raises_a_typed_error() -> None:
+    """issue 27 (12): publishing after close() raised a raw ZMQError."""
+    pub = ZmqEventPublisher("tcp://127.0.0.1:*", context=zmq.Context())
+    assert pub.endpoint.startswith("tcp://127.0.0.1:")
+    pub.close()
+    pub.close()  # again: nothing
+    for call in (lambda: pub.publish([AllBlocksCleared()]), lambda: pub.endpoint):
+        with pytest.raises(InvalidArgument, match="closed") as err:
+            call()
+        assert err.value.argument == "publisher"
+    assert pub.sequence == 0  # no batch was numbered
+    with ZmqEventPublisher("tcp://127.0.0.1:65535", context=zmq.Context()) as edge:  # connect: lazy, any port
+        assert edge.sequence == 0

@@ -4,6 +4,7 @@ ConfigError naming what is wrong."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ from hkv_core.errors import ConfigError
 from hkv_core.replay import ReplayConfig, TraceRequest, read_trace, replay
 from hkv_core.replay.adaptive import AdaptivePolicy
 from hkv_core.replay.run import manager_for
-from hkv_core.replay.trace import prompt_of
+from hkv_core.replay.trace import MAX_TRACE_LINE_BYTES, prompt_of
 
 
 def request(i: int, block: int, *ids: int) -> TraceRequest:
@@ -83,3 +84,24 @@ def test_bad_block_sizes_and_empty_traces_are_config_errors(tmp_path: Path) -> N
     with pytest.raises(ConfigError, match="hash ids"):
         replay([request(0, 4, 1, 2)], ReplayConfig(block_tokens=8))
     assert np.array_equal(prompt_of(request(0, 4, 7), 4)[:1], [7])
+
+
+def test_a_trace_must_be_a_regular_file_and_each_line_is_bounded(tmp_path: Path) -> None:
+    """issue 27 (1, 2): a device or a FIFO is refused before a byte is read (a FIFO is not waited on); a line
+    past MAX_TRACE_LINE_BYTES is refused without reading the rest of it."""
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    for path in ("/dev/zero", fifo, tmp_path):
+        with pytest.raises(ConfigError, match="not a regular file") as err:
+            read_trace(path, 4)
+        assert err.value.fields["key"] == "file"
+    long = tmp_path / "long.jsonl"
+    long.write_text("x" * (MAX_TRACE_LINE_BYTES + 10) + "\n")
+    with pytest.raises(ConfigError, match=f"line 1: longer than {MAX_TRACE_LINE_BYTES:,} bytes"):
+        read_trace(long, 4)
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(b'{"timestamp": 0, "input_length": 4, "output_length": 1, "hash_ids": [1]}\n\xff\n')
+    with pytest.raises(ConfigError, match="line 2: not UTF-8"):
+        read_trace(latin, 4)
+    with pytest.raises(ConfigError, match="cannot read the trace: No such file"):
+        read_trace(tmp_path / "missing.jsonl", 4)

@@ -7,6 +7,8 @@ bit-identical to a recomputation, and a reopened engine must serve from disk.
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 import numpy as np
@@ -129,8 +131,10 @@ def test_the_cost_model_can_choose_to_recompute(tmp_path: Path) -> None:
 
 def test_unusable_directories_and_arenas_are_typed_errors(tmp_path: Path) -> None:
     (tmp_path / "a_file").write_text("x")
-    with pytest.raises(TierError, match="cannot open the directory"):
-        Engine.tiny(0, disk_dir=tmp_path / "a_file")
+    for not_a_folder in (tmp_path / "a_file", Path(os.devnull)):  # issue 27: /dev/null said "File exists"
+        with pytest.raises(TierError, match="cannot open the directory: Not a directory") as err:
+            Engine.tiny(0, disk_dir=not_a_folder)
+        assert err.value.fields["errno"] == errno.ENOTDIR
     with pytest.raises(TierError, match="cannot preallocate"):
         Engine.tiny(0, host_bytes=1 << 62)
     (tmp_path / "broken").mkdir()
