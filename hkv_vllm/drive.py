@@ -37,7 +37,8 @@ def build_scheduler(scheduler_cls: type, *, num_blocks: int, block_size: int = 1
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
     from vllm.v1.structured_output import StructuredOutputManager
 
-    model = ModelConfig(model=MODEL, dtype="float16", seed=42, skip_tokenizer_init=True)
+    model = ModelConfig(model=MODEL, dtype="float16", seed=42, skip_tokenizer_init=True,
+                        max_model_len=max_model_len)
     sched = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                             max_model_len=max_model_len, enable_chunked_prefill=True, is_encoder_decoder=False,
                             watermark=0.0)

@@ -117,7 +117,7 @@ class HkvKVCacheManager:
         if num_new_tokens == 0 and num_new_computed_tokens == 0 and num_external_computed_tokens == 0:
             raise ValueError("num_new_tokens must be greater than 0 when there are no computed tokens to adopt")
         if num_external_computed_tokens or num_encoder_tokens or delay_cache_blocks:
-            raise UnsupportedVllmConfig(feature="allocate_slots",
+            raise UnsupportedVllmConfig(feature="kv_connector",
                                         detail="external (connector) or encoder tokens, delayed caching")
         entry = self._entry(request)
         self._sync(entry, request)
@@ -130,9 +130,11 @@ class HkvKVCacheManager:
                                                f"{entry.known} known (speculative or async scheduling)")
         hit_pages = self._hit_pages(entry, num_new_computed_tokens)
         watermark = self.watermark_blocks if has_scheduled_reqs and _waiting(request) else 0
-        free = self.block_pool.get_num_free_blocks() - reserved_blocks - watermark
-        full = min(request.num_tokens, self.max_model_len) if full_sequence_must_fit else 0
-        if self._blocks_needed(entry, max(target, full), hit_pages) > free:
+        free = self.block_pool.get_num_free_blocks()
+        full = min(request.num_tokens, self.max_model_len)
+        if full_sequence_must_fit and self._blocks_needed(entry, full, hit_pages) + watermark > free:
+            return None  # the whole sequence would not fit (reservations constrain only this allocation)
+        if self._blocks_needed(entry, target, hit_pages) + watermark > free - reserved_blocks:
             return None
         return self._allocate(entry, target, hit_pages, num_new_computed_tokens)
 

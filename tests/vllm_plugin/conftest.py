@@ -19,4 +19,4 @@ if HAS_VLLM:
     hub = Path(tempfile.mkdtemp(prefix="hkv-vllm-hub-"))
     write_hub_cache(hub)
     os.environ.update(VLLM_TARGET_DEVICE="cpu", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-                      HF_HUB_CACHE=str(hub))
+                      VLLM_ALLOW_LONG_MAX_MODEL_LEN="1", HF_HUB_CACHE=str(hub))

@@ -218,3 +218,15 @@ def test_lookahead_past_the_known_tokens_is_refused_by_name():
     with pytest.raises(UnsupportedVllmConfig) as err:
         m.allocate_slots(r, 20, num_lookahead_tokens=3)
     assert err.value.feature == "lookahead"
+
+
+@pytest.mark.parametrize(("reserved", "fits"), [(4, True), (10, False)])
+def test_reservations_constrain_this_allocation_not_the_whole_sequence(reserved, fits):
+    """10 usable blocks, a 128-token prompt (8 blocks) admitted whole, one 16-token chunk allocated now."""
+    from hkv_vllm.drive import make_request
+
+    m = manager(num_blocks=11)
+    request = make_request("chunk", list(range(128)), max_tokens=1)
+    m.get_computed_blocks(request)
+    got = m.allocate_slots(request, 16, full_sequence_must_fit=True, reserved_blocks=reserved)
+    assert (got is not None) is fits
