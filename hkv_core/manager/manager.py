@@ -39,7 +39,19 @@ from hkv_core.errors import (
 from hkv_core.events import KVEvent
 from hkv_core.executor import PoolBinding
 from hkv_core.layout import Layout
-from hkv_core.manager import acquire, admit, allocate, commit, draft, evict, match, release, retention, views
+from hkv_core.manager import (
+    acquire,
+    admit,
+    allocate,
+    commit,
+    draft,
+    evict,
+    interrupts,
+    match,
+    release,
+    retention,
+    views,
+)
 from hkv_core.manager.config import ManagerConfig
 from hkv_core.manager.core import Core
 from hkv_core.manager.invariants import check_invariants
@@ -60,9 +72,14 @@ def _locked(method: Callable[P, R]) -> Callable[P, R]:
         self = args[0]
         assert isinstance(self, CacheManager)
         with self._lock:
-            result = method(*args, **kwargs)
-            if self.core.config.debug_checks:
-                self._assert_invariants(method.__name__)
+            deferring = interrupts.defer()  # a Ctrl-C lands before the call or after all of it (interrupts.py)
+            try:
+                result = method(*args, **kwargs)
+                if self.core.config.debug_checks:
+                    self._assert_invariants(method.__name__)
+            finally:
+                if deferring:
+                    interrupts.resume()  # runs the handler of a signal that arrived meanwhile (KeyboardInterrupt)
             return result
 
     return functools.update_wrapper(run, method)  # name, docstring and signature (__wrapped__) of the method
