@@ -110,6 +110,9 @@ def _check_lora(_inst: object, _attr: object, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"must be a str, an int or None, got {type(value).__name__}",
                           source="ExtraKeys", key="lora_id")
+    if not 0 <= value < 1 << 64:  # a KV event carries it as an unsigned 64-bit integer (vLLM's wire format)
+        raise ConfigError("an integer adapter id must lie in [0, 2**64) (a KV event carries it as 64 bits); "
+                          "name a larger or negative one by a str", source="ExtraKeys", key="lora_id")
 
 
 def _mm_item(item: object) -> tuple[int, bytes]:
@@ -147,7 +150,7 @@ class ExtraKeys:
 
     ``cache_salt``: tenant isolation; requests with different salts (``None``
     included) never share a key.  ``lora_id``: the adapter (``"1"`` and ``1``
-    differ).  ``mm_keys``: multimodal items as ``(token offset, content hash)``;
+    differ; an int lies in ``[0, 2**64)``).  ``mm_keys``: multimodal items as ``(token offset, content hash)``;
     an item is mixed into the key of the block containing its offset, hence
     into every later block; items are kept sorted.
     """

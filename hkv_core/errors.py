@@ -2,7 +2,9 @@
 
 Every error carries structured fields (``err.fields``) as well as a readable
 message, so engines can log, count and branch on them without parsing text.
-Programmer errors are ``assert`` statements, not ``HkvError``s.
+Internal consistency checks are ``assert`` statements; anything a caller can
+get wrong (an argument, a call out of order) is an ``HkvError``, which
+``python -O`` does not strip.
 """
 
 from __future__ import annotations
@@ -10,10 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = ["AdmissionRejected", "BufferMismatch", "CacheBusy", "ConfigError", "GraphAddressChanged", "HkvError",
-           "IllegalTransition", "InvalidArgument", "InvalidRequestArgument", "InvalidRequestState", "InvalidTokens",
-           "InvariantViolation", "MetadataTooLarge", "MissingDependency", "NoDevice", "OutOfPages", "PoolsTooLarge",
-           "RecordCorrupt", "SpecError", "StaleLease", "TierError", "TierFull", "UnitError", "UnknownPlan",
-           "UnknownPool", "UnknownRequest", "shown"]
+           "IllegalTransition", "InvalidArgument", "InvalidExecutorState", "InvalidRequestArgument",
+           "InvalidRequestState", "InvalidTokens", "InvariantViolation", "MetadataTooLarge", "MissingDependency",
+           "NoDevice", "OutOfPages", "PoolsTooLarge", "RecordCorrupt", "SpecError", "StaleLease", "TierError",
+           "TierFull", "UnitError", "UnknownPlan", "UnknownPool", "UnknownRequest", "shown"]
 
 SHOWN_CHARS = 80  # an argument's value is shown in a message up to this many characters of its repr
 
@@ -246,6 +248,15 @@ class InvalidRequestArgument(InvalidRequestState, InvalidArgument):  # type: ign
                                  request_id=request_id)
 
 
+class InvalidExecutorState(HkvError):
+    """An executor call out of order (``action``, ``reason``): a plan, read or write before `bind`, a second
+    `bind` (pools are static); nothing changed."""
+
+    def __init__(self, *, action: str, reason: str) -> None:
+        super().__init__(f"{action}: {reason}", action=action, reason=reason)
+        self.action, self.reason = action, reason
+
+
 class UnknownPlan(HkvError):
     """`complete` or `verify` named a plan id the manager has not issued or already completed."""
 
@@ -276,7 +287,8 @@ class UnknownPool(HkvError):
     """A pool name the executor (or layout) does not have; ``known`` lists the names it has."""
 
     def __init__(self, *, pool: str, known: tuple[str, ...], action: str) -> None:
-        super().__init__(f"{action}: unknown pool {pool!r}; known pools: {', '.join(known) or '(none bound)'}",
+        listed = ", ".join(known) or "(none bound: call bind first)"
+        super().__init__(f"{action}: unknown pool {pool!r}; known pools: {listed}",
                          pool=pool, known=known, action=action)
         self.pool, self.known, self.action = pool, known, action
 

@@ -48,7 +48,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from hkv_core.errors import BufferMismatch, InvalidArgument, PoolsTooLarge, UnknownPool
 from hkv_core.layout import PoolSpec
-from hkv_core.plan import Completion, CopyPages, LoadRecord, Op, Plan, StoreRecord
+from hkv_core.plan import Completion, CopyPages, FillPages, LoadRecord, Op, Plan, StoreRecord
 from hkv_core.units import NULL_PAGE
 
 __all__ = ["DeviceEstimate", "Executor", "PlanAuthority", "PoolBinding", "Run", "TrustingAuthority",
@@ -279,17 +279,28 @@ class Executor(Protocol):
 
 
 def check_op(op: Op, shapes: dict[str, tuple[int, ...]], records: dict[str, tuple[str, int]]) -> None:
-    """Assert `op` is well formed for pools of `shapes`; `records` are the host records as they will be when it
-    runs (a StoreRecord adds its record).  Every executor checks a whole plan this way before running any of it."""
-    assert op.pool in shapes, f"unknown pool {op.pool!r} in {op!r}"
+    """Check that `op` is well formed for pools of `shapes`; `records` are the host records as they will be when it
+    runs (a StoreRecord adds its record).  Every executor checks a whole plan this way before running any of it:
+    UnknownPool for a pool it does not have, InvalidArgument (argument `plan`) for a page outside the pool, a copy
+    into the NULL page or onto its source, an entry count outside the page, a load of a record it does not hold."""
+    if op.pool not in shapes:
+        raise UnknownPool(pool=op.pool, known=tuple(shapes), action="run")
     pages, entries = shapes[op.pool][0], shapes[op.pool][2]
     touched = (op.src, op.dst) if isinstance(op, CopyPages) else op.pages
-    assert all(0 <= p < pages for p in touched), f"page out of range in {op!r}"
-    if isinstance(op, CopyPages):
-        assert op.dst != NULL_PAGE and op.src != op.dst, f"bad copy {op!r}"
-        assert 0 <= op.entries <= entries, f"bad entry count in {op!r}"
+    reason = ""
+    if not all(0 <= p < pages for p in touched):
+        reason = f"a page outside [0, {pages})"
+    elif isinstance(op, CopyPages) and (op.dst == NULL_PAGE or op.src == op.dst):
+        reason = "a copy into the NULL page or onto its own source"
+    elif isinstance(op, CopyPages) and not 0 <= op.entries <= entries:
+        reason = f"an entry count outside [0, {entries}]"
+    elif isinstance(op, LoadRecord) and NULL_PAGE in op.pages:
+        reason = "a load into the NULL page"
+    elif isinstance(op, FillPages) and not 0 <= op.value <= 255:
+        reason = f"a fill byte {op.value} outside 0..255"
+    elif isinstance(op, LoadRecord) and records.get(op.record) != (op.pool, len(op.pages)):
+        reason = f"no record {op.record!r} of {len(op.pages)} {op.pool} pages"
+    if reason:
+        raise InvalidArgument(action="run", argument="plan", value=op, reason=f"{op.pool}: {reason}")
     if isinstance(op, StoreRecord):
         records[op.record] = (op.pool, len(op.pages))
-    if isinstance(op, LoadRecord):
-        found = records.get(op.record)
-        assert found == (op.pool, len(op.pages)), f"no record {op.record!r} of {len(op.pages)} {op.pool} pages"

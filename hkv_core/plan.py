@@ -32,6 +32,7 @@ from typing import Any
 
 import attrs
 
+from hkv_core.errors import InvalidArgument
 from hkv_core.units import NULL_PAGE
 
 __all__ = ["DIGEST_BYTES", "JSON_FORMAT", "NO_PLAN", "OP_TYPES", "Checksum", "Completion", "CopyPages", "FillPages",
@@ -47,7 +48,9 @@ def _pages(value: Sequence[int]) -> tuple[int, ...]:
 
 
 def _check_versions(op: Any, attribute: Any, value: tuple[int, ...]) -> None:
-    assert len(value) == len(op.pages), f"{type(op).__name__}: one version per page, got {value} for {op.pages}"
+    if len(value) != len(op.pages):
+        raise InvalidArgument(action=type(op).__name__, argument="versions", value=value,
+                              reason=f"one version per page, and the op has {len(op.pages)} pages {op.pages}")
 
 
 @attrs.frozen(kw_only=True)
@@ -75,7 +78,9 @@ class FillPages:
     value: int = 0
 
     def __attrs_post_init__(self) -> None:
-        assert 0 <= self.value <= 255, f"a fill byte is 0..255, got {self.value}"
+        if isinstance(self.value, bool) or not isinstance(self.value, int) or not 0 <= self.value <= 255:
+            raise InvalidArgument(action="FillPages", argument="value", value=self.value,
+                                  reason="a fill byte is 0..255")
 
 
 @attrs.frozen(kw_only=True)
@@ -109,7 +114,9 @@ class LoadRecord:
     tier: str = "host"
 
     def __attrs_post_init__(self) -> None:
-        assert NULL_PAGE not in self.pages, "nothing is ever loaded into the NULL page"
+        if NULL_PAGE in self.pages:
+            raise InvalidArgument(action="LoadRecord", argument="pages", value=self.pages,
+                                  reason="nothing is ever loaded into the NULL page (page 0)")
 
 
 Op = CopyPages | FillPages | Checksum | StoreRecord | LoadRecord  # any op a plan may hold
@@ -119,7 +126,10 @@ OP_TYPES: dict[str, type[Op]] = {t.__name__: t for t in (CopyPages, FillPages, C
 
 def _ops(value: Sequence[Op]) -> tuple[Op, ...]:
     ops = tuple(value)
-    assert all(type(op) in _CHECKS for op in ops), f"unknown op types in {ops}"
+    unknown = [op for op in ops if type(op) not in _CHECKS]
+    if unknown:
+        raise InvalidArgument(action="Plan", argument="ops", value=unknown[0],
+                              reason=f"not an op: {type(unknown[0]).__name__} (one of {', '.join(OP_TYPES)})")
     return ops
 
 

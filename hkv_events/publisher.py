@@ -17,7 +17,7 @@ import zmq
 
 from hkv_core import events as ev
 from hkv_core.errors import InvalidArgument
-from hkv_events.wire import encode_batch
+from hkv_events.wire import encode_batch_counted
 
 __all__ = ["DEFAULT_HWM", "MAX_PORT", "ZmqEventPublisher"]
 
@@ -47,6 +47,7 @@ class ZmqEventPublisher:
         self._topic, self._hkv_events, self._rank = topic.encode(), hkv_events, rank
         self.sequence = 0  # of the next batch
         self._closed = False
+        self.events_dropped = 0  # events that could not be encoded (the rest of their batch was sent)
 
     @property
     def endpoint(self) -> str:
@@ -56,12 +57,14 @@ class ZmqEventPublisher:
         return last.decode() if isinstance(last, bytes) else str(last)
 
     def publish(self, events: list[ev.KVEvent]) -> int:
-        """Send one batch (nothing when `events` is empty); returns its sequence number, or -1."""
+        """Send one batch (nothing when `events` is empty); returns its sequence number, or -1.  An event that
+        cannot be encoded is dropped, never its batch (`encode_batch`; counted in `events_dropped`)."""
         self._check_open("publish")
         if not events:
             return -1
+        payload, dropped = encode_batch_counted(events, hkv_events=self._hkv_events, rank=self._rank)
+        self.events_dropped += dropped
         seq, self.sequence = self.sequence, self.sequence + 1
-        payload = encode_batch(events, hkv_events=self._hkv_events, rank=self._rank)
         self._socket.send_multipart((self._topic, seq.to_bytes(8, "big"), payload))
         return seq
 

@@ -20,7 +20,8 @@ import msgspec
 from hkv_core import events as ev
 
 __all__ = ["HKV_ONLY", "AllBlocksCleared", "BlockRemoved", "BlockStored", "EventsLost", "ResumePointRemoved",
-           "ResumePointStored", "WireBatch", "WireEvent", "decode_batch", "encode_batch", "to_wire"]
+           "ResumePointStored", "WireBatch", "WireEvent", "decode_batch", "encode_batch", "encode_batch_counted",
+           "to_wire"]
 
 
 class _Event(msgspec.Struct, omit_defaults=True, gc=False, tag=True):
@@ -102,9 +103,42 @@ _DECODER = msgspec.msgpack.Decoder(WireBatch)
 
 
 def encode_batch(events: list[ev.KVEvent], *, hkv_events: bool = True, rank: int | None = None) -> bytes:
-    """msgpack bytes of one batch of `events` (hkv's own kinds left out unless `hkv_events`)."""
-    kept = [to_wire(e) for e in events if hkv_events or not isinstance(e, HKV_ONLY)]
-    return _ENCODER.encode(WireBatch(ts=time.time(), events=kept, data_parallel_rank=rank))
+    """msgpack bytes of one batch of `events` (hkv's own kinds left out unless `hkv_events`).
+
+    One event that cannot be encoded (a field out of msgpack's range, such as an adapter id past 64 bits, or
+    not an hkv event at all) never costs the batch: the others are sent, and with `hkv_events` an
+    `EventsLost(count)` takes the place of those dropped (`encode_batch_counted` also says how many)."""
+    return encode_batch_counted(events, hkv_events=hkv_events, rank=rank)[0]
+
+
+def encode_batch_counted(events: list[ev.KVEvent], *, hkv_events: bool = True,
+                         rank: int | None = None) -> tuple[bytes, int]:
+    """`encode_batch`'s bytes and the number of events dropped because they could not be encoded."""
+    ts = time.time()
+    try:
+        kept = [to_wire(e) for e in events if hkv_events or not isinstance(e, HKV_ONLY)]
+        return _ENCODER.encode(WireBatch(ts=ts, events=kept, data_parallel_rank=rank)), 0
+    except Exception:  # noqa: BLE001  # find the bad events one by one (the rare path)
+        pass
+    wired: list[WireEvent] = []
+    dropped = 0
+    for event in events:
+        if not hkv_events and isinstance(event, HKV_ONLY):
+            continue
+        try:
+            one = to_wire(event)
+            _ENCODER.encode(one)
+        except Exception:  # noqa: BLE001  # any event msgpack or the wire structs refuse
+            dropped += 1
+            if hkv_events and (not wired or not isinstance(wired[-1], EventsLost)):
+                wired.append(EventsLost(count=0))
+            if hkv_events:
+                lost = wired[-1]
+                assert isinstance(lost, EventsLost)
+                lost.count += 1
+            continue
+        wired.append(one)
+    return _ENCODER.encode(WireBatch(ts=ts, events=wired, data_parallel_rank=rank)), dropped
 
 
 def decode_batch(payload: bytes) -> WireBatch:

@@ -23,7 +23,7 @@ import attrs
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from hkv_core.errors import MissingDependency, NoDevice, UnknownPool
+from hkv_core.errors import InvalidArgument, MissingDependency, NoDevice, UnknownPool
 from hkv_core.executor import (
     PlanAuthority,
     PoolBinding,
@@ -35,9 +35,9 @@ from hkv_core.executor import (
     device_estimate,
 )
 from hkv_core.plan import Checksum, Completion, CopyPages, FillPages, LoadRecord, Plan, StoreRecord, page_digest
-from hkv_core.units import NULL_PAGE
 from hkv_exec_cuda.backend import Backend, Event, cupy_backend
 from hkv_exec_cuda.pinned import PinnedArrays
+from hkv_exec_ref import _checks
 from hkv_exec_ref.executor import NUMPY_DTYPES, Tally, pages_moved
 
 __all__ = ["DEFAULT_STAGING_BYTES", "CudaExecutor", "PendingPlan"]
@@ -96,9 +96,9 @@ class CudaExecutor:
         Before anything is allocated, the pools to allocate, with their alignment padding, are compared with
         `max_bytes` (when given) and the memory the backend says is free (`Backend.free_bytes`: the device's, on
         CuPy): PoolsTooLarge, naming the pools and the bytes needed, when they cannot fit.  Any error leaves the
-        executor unbound and the buffers untouched."""
-        assert not self.pools, "pools are static: bind once"
-        assert len({p.name for p in pools}) == len(pools), "pool names are unique"
+        executor unbound and the buffers untouched.  A second bind is InvalidExecutorState (pools are static),
+        pools that are not PoolBindings with unique names InvalidArgument."""
+        _checks.check_bind("bind", self.pools, pools)
         limit = checked_max_bytes("bind", max_bytes)
         adopted = adopt_buffers(pools, buffers, from_dlpack=self.xp.from_dlpack, address=self.backend.address,
                                 dtype_of=lambda b: np.dtype(NUMPY_DTYPES[b.spec.dtype]))
@@ -130,8 +130,14 @@ class CudaExecutor:
     # -- plans ----------------------------------------------------------------------------
 
     def launch(self, plan: Plan) -> PendingPlan:
-        """Check the plan, have the authority verify it (StaleLease: nothing queued), queue its ops."""
-        assert self._authority is not None, "bind before launch"
+        """Check the plan, have the authority verify it (StaleLease: nothing queued), queue its ops.
+
+        InvalidExecutorState before `bind`; UnknownPool / InvalidArgument for a malformed op (nothing queued)."""
+        _checks.check_bound("launch", self._authority)
+        if not isinstance(plan, Plan):
+            raise InvalidArgument(action="launch", argument="plan", value=plan,
+                                  reason=f"must be a hkv_core.plan.Plan, got {type(plan).__name__}")
+        assert self._authority is not None
         with self._lock:
             records = {name: (pool, pages.shape[0]) for name, (pool, pages) in self.host.items()}
             shapes = {name: tuple(array.shape) for name, array in self.pools.items()}
@@ -166,7 +172,7 @@ class CudaExecutor:
         """Launch the plan and wait for it: the Completion to hand to `CacheManager.complete`."""
         return self.launch(plan).wait()
 
-    def _index(self, pages: Sequence[int]) -> Any:
+    def _index(self, pages: Sequence[int] | NDArray[Any]) -> Any:
         return self.xp.asarray(np.asarray(pages, np.int64))
 
     def _copy(self, op: CopyPages, keep: list[Any]) -> None:
@@ -205,7 +211,7 @@ class CudaExecutor:
     # -- zero-copy views ------------------------------------------------------------------
 
     def _pool(self, pool: str, action: str) -> Any:
-        """The pool's device array; UnknownPool (listing the bound pools) for any other name."""
+        """The pool's device array; UnknownPool (listing the bound pools; none before `bind`) for any other name."""
         if not isinstance(pool, str) or pool not in self.pools:
             raise UnknownPool(pool=pool, known=tuple(self.pools), action=action)
         return self.pools[pool]
@@ -240,8 +246,7 @@ class CudaExecutor:
     def read(self, pool: str, pages: ArrayLike) -> NDArray[Any]:
         """Host copies of whole pages: (n, layers, entries_per_page, *entry_shape)."""
         array = self._pool(pool, "read")
-        ids = np.asarray(pages, np.int64).ravel()
-        assert np.all((ids >= 0) & (ids < array.shape[0])), f"{pool}: page out of range in {ids}"
+        ids = _checks.pages("read", pool, pages, tuple(array.shape))
         with self._lock, self.stream:
             gathered = array[self._index(ids)]
             out = np.empty(gathered.shape, gathered.dtype)
@@ -253,9 +258,8 @@ class CudaExecutor:
     def entries(self, pool: str, slots: ArrayLike, layer: int) -> Any:
         """Device copies of the entries at flat slots `slots` of layer `layer`: (n, *entry_shape)."""
         array = self._pool(pool, "entries")
-        flat = np.asarray(slots, np.int64).ravel()
-        pages, offsets = flat // array.shape[2], flat % array.shape[2]
-        assert np.all((pages >= 0) & (pages < array.shape[0])) and 0 <= layer < array.shape[1], (pool, flat, layer)
+        flat, pages, offsets = _checks.slots("entries", pool, slots, tuple(array.shape), writing=False)
+        layer = _checks.layer("entries", pool, layer, tuple(array.shape))
         current = self.backend.current_stream()  # the model's: the copies are made and used there
         with self._lock:
             self.backend.wait(current, self.stream)  # plans queued before land first
@@ -266,18 +270,17 @@ class CudaExecutor:
 
     def write(self, pool: str, slots: ArrayLike, values: Any) -> None:
         """Entry `values[i]` (every layer) into flat slot `slots[i]`; never the NULL page.  `values` is a host
-        array or a device array (the model's output on the GPU)."""
+        array or a device array (the model's output on the GPU), of the pool's storage dtype (bf16: raw bits as
+        uint16; float32 values into a bf16 pool are rounded to bf16).  InvalidArgument, nothing written, for any
+        other dtype or shape and for a slot outside the pool, in the NULL page or given twice (as RefExecutor)."""
         array = self._pool(pool, "write")
-        per_page = array.shape[2]
-        flat = np.asarray(slots, np.int64).ravel()
-        assert tuple(values.shape) == (flat.size, array.shape[1], *array.shape[3:]), (pool, values.shape)
-        pages, offsets = flat // per_page, flat % per_page
-        assert np.all((pages > NULL_PAGE) & (pages < array.shape[0])), f"{pool}: bad slots {flat}"
-        assert np.unique(flat).size == flat.size, f"{pool}: a slot written twice in one call"
+        flat, pages, offsets = _checks.slots("write", pool, slots, tuple(array.shape), writing=True)
+        values = _checks.values("write", pool, values, tuple(array.shape), flat.size,
+                                self.bindings[pool].spec.dtype, np.dtype(array.dtype), self.xp)
         current = self.backend.current_stream()  # where the model computed `values`
         with self._lock:
             self.backend.wait(current, self.stream)  # plans queued before land first
-            data = self.xp.asarray(values, dtype=array.dtype)
+            data = self.xp.asarray(values)
             array[self._index(pages), :, self._index(offsets)] = data
             self.backend.wait(self.stream, current)  # plans queued after see the entries
             self.tally.entries_written += flat.size
@@ -286,9 +289,6 @@ class CudaExecutor:
 
     def _run_index(self, array: Any, runs: Sequence[Run], *, writing: bool) -> tuple[Any, Any, int]:
         """Device index arrays (page of each entry, entry in its page) of `runs`, and their count."""
-        lowest = NULL_PAGE + 1 if writing else 0
-        for page, first, stop in runs:
-            assert lowest <= page < array.shape[0] and 0 <= first <= stop <= array.shape[2], (page, first, stop)
         pages = np.concatenate([np.full(stop - first, page, np.int64) for page, first, stop in runs] or [[]])
         entries = np.concatenate([np.arange(first, stop, dtype=np.int64) for _, first, stop in runs] or [[]])
         return self._index(pages.astype(np.int64)), self._index(entries.astype(np.int64)), int(pages.size)
@@ -297,8 +297,10 @@ class CudaExecutor:
         """Entries [first, stop) of each run's page, in order, into host `out` (layers, n, *entry_shape)."""
         array = self._pool(pool, "export_rows")
         with self._lock, self.stream:
+            _checks.rows("export_rows", pool, "out", out, tuple(array.shape),
+                         _checks.runs("export_rows", pool, runs, tuple(array.shape), writing=False),
+                         np.dtype(array.dtype))
             pages, entries, n = self._run_index(array, runs, writing=False)
-            assert out.shape == (array.shape[1], n, *array.shape[3:]), (pool, out.shape, n)
             rows = self.xp.ascontiguousarray(array[pages, :, entries].swapaxes(0, 1))
             self._host_copy(rows, out, to_device=False)
             self.tally.entries_read += n
@@ -307,8 +309,10 @@ class CudaExecutor:
         """Host `src` (layers, n, *entry_shape), in order, into entries [first, stop) of each run's page."""
         array = self._pool(pool, "import_rows")
         with self._lock, self.stream:
+            _checks.rows("import_rows", pool, "src", src, tuple(array.shape),
+                         _checks.runs("import_rows", pool, runs, tuple(array.shape), writing=True),
+                         np.dtype(array.dtype))
             pages, entries, n = self._run_index(array, runs, writing=True)
-            assert src.shape == (array.shape[1], n, *array.shape[3:]), (pool, src.shape, n)
             rows = self.xp.empty(src.shape, array.dtype)
             self._host_copy(rows, src, to_device=True)
             array[pages, :, entries] = rows.swapaxes(0, 1)
@@ -345,7 +349,10 @@ def _pieces(shape: tuple[int, ...], itemsize: int, limit: int) -> list[tuple[sli
     layers when a layer fits, else column runs of one layer (an entry of one layer must fit)."""
     layers, n = shape[0], shape[1]
     entry = int(np.prod(shape[2:], dtype=np.int64)) * itemsize
-    assert entry <= limit, f"one entry of {entry} bytes exceeds the {limit}-byte staging buffer"
+    if entry > limit:
+        raise InvalidArgument(action="row copy", argument="staging_bytes", value=limit,
+                              reason=f"one entry of {entry} bytes exceeds the {limit}-byte staging buffer: build the "
+                                     f"executor with staging_bytes >= {entry}")
     if n * entry <= limit:
         step = max(1, limit // max(1, n * entry))
         return [(slice(lo, min(layers, lo + step)), slice(0, n)) for lo in range(0, layers, step)]

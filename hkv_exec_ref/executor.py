@@ -15,7 +15,7 @@ import attrs
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from hkv_core.errors import MissingDependency, UnknownPool
+from hkv_core.errors import InvalidArgument, MissingDependency, UnknownPool
 from hkv_core.executor import (
     PlanAuthority,
     PoolBinding,
@@ -28,9 +28,10 @@ from hkv_core.executor import (
     device_estimate,
 )
 from hkv_core.plan import Checksum, Completion, CopyPages, FillPages, LoadRecord, Op, Plan, StoreRecord, page_digest
-from hkv_core.units import NULL_PAGE
+from hkv_exec_ref import _checks
+from hkv_exec_ref._checks import bf16_bits
 
-__all__ = ["NUMPY_DTYPES", "HostRecord", "RefExecutor", "Tally", "pages_moved"]
+__all__ = ["NUMPY_DTYPES", "HostRecord", "RefExecutor", "Tally", "bf16_bits", "pages_moved"]
 
 # bf16 has no NumPy dtype: its bytes are kept as uint16 (the executor only moves bytes).
 NUMPY_DTYPES: dict[str, type[np.generic]] = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16}
@@ -74,16 +75,17 @@ class RefExecutor:
 
     def bind(self, pools: Sequence[PoolBinding], authority: PlanAuthority, *, max_bytes: int | None = None,
              buffers: Mapping[str, Any] | None = None) -> dict[str, int]:
-        """Allocate every pool (zeroed) once and keep the plans' authority; a second bind is a programming error.
+        """Allocate every pool (zeroed) once and keep the plans' authority.
 
         `buffers` ({pool: array}): pools the engine owns - CPU torch tensors, NumPy arrays, anything exporting
         DLPack - adopted without a copy (`np.from_dlpack`; checked by `hkv_core.executor.adopt_buffers`:
         BufferMismatch naming the pool and the check) and zeroed like allocated ones; the executor allocates the
         rest.  Before anything is allocated, the bytes of the pools to allocate are compared with `max_bytes`
         (when given) and the host memory available now: PoolsTooLarge, naming the pools and the bytes needed,
-        when they cannot fit.  Any error leaves the executor unbound and the buffers untouched."""
-        assert not self.pools, "pools are static: bind once"
-        assert len({p.name for p in pools}) == len(pools), "pool names are unique"
+        when they cannot fit.  A second bind is InvalidExecutorState (pools are static), pools that are not
+        PoolBindings with unique names InvalidArgument.  Any error leaves the executor unbound and the buffers
+        untouched."""
+        _checks.check_bind("bind", self.pools, pools)
         limit = checked_max_bytes("bind", max_bytes)
         adopted = adopt_buffers(pools, buffers, from_dlpack=np.from_dlpack, address=_address,
                                 dtype_of=lambda b: np.dtype(NUMPY_DTYPES[b.spec.dtype]))
@@ -107,8 +109,14 @@ class RefExecutor:
     # -- run ------------------------------------------------------------------------------
 
     def run(self, plan: Plan) -> Completion:
-        """Check every op (names, pages), have the authority verify the versions at launch, then run in order."""
-        assert self._authority is not None, "bind before run"
+        """Check every op (names, pages), have the authority verify the versions at launch, then run in order.
+
+        InvalidExecutorState before `bind`; UnknownPool / InvalidArgument for a malformed op (nothing runs)."""
+        _checks.check_bound("run", self._authority)
+        if not isinstance(plan, Plan):
+            raise InvalidArgument(action="run", argument="plan", value=plan,
+                                  reason=f"must be a hkv_core.plan.Plan, got {type(plan).__name__}")
+        assert self._authority is not None
         records = {name: (r.pool, r.pages.shape[0]) for name, r in self.host.items()}
         shapes = {name: array.shape for name, array in self.pools.items()}
         for op in plan.ops:
@@ -158,7 +166,8 @@ class RefExecutor:
         return self._pool(pool, "as_numpy")
 
     def _pool(self, pool: str, action: str) -> NDArray[Any]:
-        """The pool's array; UnknownPool (listing the bound pools) for any other name, or a non-string."""
+        """The pool's array; UnknownPool (listing the bound pools; none before `bind`) for any other name,
+        or a non-string."""
         if not isinstance(pool, str) or pool not in self.pools:
             raise UnknownPool(pool=pool, known=tuple(self.pools), action=action)
         return self.pools[pool]
@@ -180,56 +189,56 @@ class RefExecutor:
     # -- read / write ---------------------------------------------------------------------
 
     def read(self, pool: str, pages: ArrayLike) -> NDArray[Any]:
-        """Copies of whole pages: (n, layers, entries_per_page, *entry_shape)."""
-        ids = np.asarray(pages, np.int64).ravel()
-        array = self.pools[pool]
-        assert np.all((ids >= 0) & (ids < array.shape[0])), f"{pool}: page out of range in {ids}"
+        """Copies of whole pages: (n, layers, entries_per_page, *entry_shape).  InvalidArgument for a page id
+        that is not an integer of the pool (the NULL page included)."""
+        array = self._pool(pool, "read")
+        ids = _checks.pages("read", pool, pages, array.shape)
         self.tally.entries_read += ids.size * array.shape[2]
         return array[ids].copy()
 
     def entries(self, pool: str, slots: ArrayLike, layer: int) -> NDArray[Any]:
         """Copies of the entries at flat slots `slots` of layer `layer`: (n, *entry_shape)."""
         array = self._pool(pool, "entries")
-        flat = np.asarray(slots, np.int64).ravel()
-        pages, offsets = flat // array.shape[2], flat % array.shape[2]
-        assert np.all((pages >= 0) & (pages < array.shape[0])) and 0 <= layer < array.shape[1], (pool, flat, layer)
+        flat, pages, offsets = _checks.slots("entries", pool, slots, array.shape, writing=False)
+        layer = _checks.layer("entries", pool, layer, array.shape)
         with self._tally_lock:
             self.tally.entries_read += flat.size
         out: NDArray[Any] = array[pages, layer, offsets]
         return out
 
     def write(self, pool: str, slots: ArrayLike, values: ArrayLike) -> None:
-        """Entry `values[i]` (every layer) into flat slot `slots[i]`; never the NULL page."""
-        array = self.pools[pool]
-        per_page = array.shape[2]
-        flat = np.asarray(slots, np.int64).ravel()
-        data = np.asarray(values, array.dtype)
-        assert data.shape == (flat.size, *array.shape[1:2], *array.shape[3:]), (pool, data.shape, array.shape)
-        pages, offsets = flat // per_page, flat % per_page
-        assert np.all((pages > NULL_PAGE) & (pages < array.shape[0])), f"{pool}: bad slots {flat}"
-        assert np.unique(flat).size == flat.size, f"{pool}: a slot written twice in one call"
+        """Entry `values[i]` (every layer) into flat slot `slots[i]`; never the NULL page.
+
+        `values` is (n, layers, *entry_shape) of the pool's storage dtype (fp32: float32, fp16: float16, bf16:
+        raw bits as uint16); float32 values into a bf16 pool are rounded to bf16 (nearest even).  Any other
+        dtype or shape, a slot outside the pool, in the NULL page or given twice is InvalidArgument, and
+        nothing is written."""
+        array = self._pool(pool, "write")
+        flat, pages, offsets = _checks.slots("write", pool, slots, array.shape, writing=True)
+        data = _checks.values("write", pool, values, array.shape, flat.size, self.bindings[pool].spec.dtype,
+                              array.dtype, np)
         array[pages, :, offsets] = data
         self.tally.entries_written += flat.size
 
     def export_rows(self, pool: str, runs: Sequence[Run], out: NDArray[Any]) -> None:
         """Entries [first, stop) of each run's page, in order, into `out` (layers, n, *entry_shape)."""
         array, at = self._pool(pool, "export_rows"), 0
+        _checks.rows("export_rows", pool, "out", out, array.shape,
+                     _checks.runs("export_rows", pool, runs, array.shape, writing=False), array.dtype)
         for page, first, stop in runs:
-            assert 0 <= page < array.shape[0] and 0 <= first <= stop <= array.shape[2], (pool, page, first, stop)
             np.copyto(out[:, at:at + stop - first], array[page, :, first:stop])
             at += stop - first
-        assert at == out.shape[1], (pool, at, out.shape)
         with self._tally_lock:
             self.tally.entries_read += at
 
     def import_rows(self, pool: str, runs: Sequence[Run], src: NDArray[Any]) -> None:
         """`src` (layers, n, *entry_shape), in order, into entries [first, stop) of each run's page."""
         array, at = self._pool(pool, "import_rows"), 0
+        _checks.rows("import_rows", pool, "src", src, array.shape,
+                     _checks.runs("import_rows", pool, runs, array.shape, writing=True), array.dtype)
         for page, first, stop in runs:
-            assert NULL_PAGE < page < array.shape[0] and 0 <= first <= stop <= array.shape[2], (pool, page)
             np.copyto(array[page, :, first:stop], src[:, at:at + stop - first])
             at += stop - first
-        assert at == src.shape[1], (pool, at, src.shape)
         with self._tally_lock:
             self.tally.entries_written += at
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import attrs
 
+from hkv_core.errors import ConfigError
 from hkv_core.layout.build import build_groups, build_pools
 from hkv_core.layout.config import parse_config
 from hkv_core.layout.hf_source import config_mapping
@@ -78,8 +79,15 @@ class Layout:
         The config must name a supported ``model_type``; every size in it is
         bounded and checked before anything is built (``docs/models.md``).
         ``block_tokens`` overrides the config's ``hkv.block_tokens`` (default 256);
-        ``source`` names the config in errors (default: ``name``).
+        ``source`` names the config in errors (default: ``name``).  ``name`` must be a non-empty str and
+        ``source`` None or a non-empty str (ConfigError, key ``name`` / ``source``): the name is part of every
+        block key's root (`fingerprint`).
         """
+        for key, value in (("name", name), ("source", source)):
+            if (value is not None or key == "name") and (not isinstance(value, str) or not value.strip()):
+                got = f"got {type(value).__name__}" if not isinstance(value, str) else f"got {value!r}"
+                raise ConfigError(f"must be a non-empty str{' or None' if key == 'source' else ''}, {got}",
+                                  source="Layout.from_hf_config", key=key)
         mapping = config_mapping(config, source or name)
         cfg = parse_config(mapping, name=name, source=source or name, block_tokens=block_tokens)
         groups, mtp_groups = build_groups(cfg, draft=False), build_groups(cfg, draft=True)

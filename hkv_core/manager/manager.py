@@ -39,7 +39,19 @@ from hkv_core.errors import (
 from hkv_core.events import KVEvent
 from hkv_core.executor import PoolBinding
 from hkv_core.layout import Layout
-from hkv_core.manager import acquire, admit, allocate, commit, draft, evict, match, release, retention, views
+from hkv_core.manager import (
+    acquire,
+    admit,
+    allocate,
+    commit,
+    draft,
+    evict,
+    interrupts,
+    match,
+    release,
+    retention,
+    views,
+)
 from hkv_core.manager.config import ManagerConfig
 from hkv_core.manager.core import Core
 from hkv_core.manager.invariants import check_invariants
@@ -60,9 +72,14 @@ def _locked(method: Callable[P, R]) -> Callable[P, R]:
         self = args[0]
         assert isinstance(self, CacheManager)
         with self._lock:
-            result = method(*args, **kwargs)
-            if self.core.config.debug_checks:
-                self._assert_invariants(method.__name__)
+            deferring = interrupts.defer()  # a Ctrl-C lands before the call or after all of it (interrupts.py)
+            try:
+                result = method(*args, **kwargs)
+                if self.core.config.debug_checks:
+                    self._assert_invariants(method.__name__)
+            finally:
+                if deferring:
+                    interrupts.resume()  # runs the handler of a signal that arrived meanwhile (KeyboardInterrupt)
             return result
 
     return functools.update_wrapper(run, method)  # name, docstring and signature (__wrapped__) of the method
@@ -130,7 +147,7 @@ class CacheManager:
         """The longest safe resume point for the request, with the verdict of every layer."""
         req = self._request(rid, "match")
         if req.acquired:
-            raise InvalidRequestState(request_id=rid, action="match", reason="already acquired a hit")
+            raise InvalidRequestState(request_id=rid, action="match", reason=self._acquired_why(req))
         return match.match(self.core, req)
 
     @_locked
@@ -141,7 +158,7 @@ class CacheManager:
             raise InvalidRequestArgument(request_id=rid, action="acquire", argument="hit", value=found,
                                          reason=f"must be the Hit that match returned, got {type(found).__name__}")
         if req.acquired:
-            raise InvalidRequestState(request_id=rid, action="acquire", reason="already acquired")
+            raise InvalidRequestState(request_id=rid, action="acquire", reason=self._acquired_why(req))
         if found.request_id != rid:
             raise InvalidRequestArgument(request_id=rid, action="acquire", argument="hit", value=found,
                                          reason=f"a hit of request {found.request_id}, not of request {rid}")
@@ -371,8 +388,21 @@ class CacheManager:
     @_locked
     def retained_boundaries(self, rid: int, start: int, end: int) -> list[int]:
         """The block boundaries b, start < b <= end, where the request keeps a resume point when it computes
-        (or loads) through them: the points whose snapshots an allocation over them asks for."""
+        (or loads) through them: the points whose snapshots an allocation over them asks for.
+
+        `start` and `end` are integers with 0 <= start <= end <= the request's known tokens (so the answer is
+        bounded by the request); anything else raises InvalidRequestArgument naming the argument."""
         req = self._request(rid, "retained_boundaries")
+        known = len(req.tokens)
+        for argument, value, low in (("start", start, 0), ("end", end, None)):
+            if isinstance(value, bool) or not isinstance(value, int | np.integer):
+                raise InvalidRequestArgument(request_id=rid, action="retained_boundaries", argument=argument,
+                                             value=value, reason=f"must be an integer, got {type(value).__name__}")
+            lo = int(start) if low is None else low
+            if not lo <= int(value) <= known:
+                raise InvalidRequestArgument(request_id=rid, action="retained_boundaries", argument=argument,
+                                             value=value, reason=f"must lie in [{lo}, {known}] (the request knows "
+                                                                 f"{known} tokens; start <= end)")
         return retention.retained_between(self.core, req, int(start), int(end))
 
     @_locked
@@ -393,10 +423,10 @@ class CacheManager:
     # ------------------------------------------------------------------ helpers
 
     def _request(self, rid: int, action: str) -> RequestState:
-        if isinstance(rid, bool):  # an int to Python, but never a request id (True would name request 1)
-            raise InvalidArgument(action=action, argument="rid", value=rid, reason="must be an int request id, "
-                                  "not a bool")
-        req = self.core.requests.by_rid.get(rid) if isinstance(rid, int | np.integer) else None
+        if isinstance(rid, bool) or not isinstance(rid, int | np.integer):
+            raise InvalidArgument(action=action, argument="rid", value=rid,
+                                  reason=f"a request id is the int add_request returned, got {type(rid).__name__}")
+        req = self.core.requests.by_rid.get(rid)
         if req is None:
             raise UnknownRequest(request_id=rid, action=action)
         return req
@@ -416,6 +446,14 @@ class CacheManager:
             raise InvalidRequestArgument(request_id=req.rid, action=action, argument="num_tokens", value=value,
                                          reason=f"{bound} ({now})")
         return count
+
+    @staticmethod
+    def _acquired_why(req: RequestState) -> str:
+        """Why a request can take no (new) hit: it acquired one, or allocate already started it."""
+        if req.allocated > req.hit_tokens:
+            return (f"already acquired: allocate started the request at token {req.hit_tokens} "
+                    f"({req.allocated} tokens allocated); match and acquire come before the first allocate")
+        return "already acquired"
 
     def _no_draft(self, req: RequestState, action: str) -> None:
         if req.draft is not None:

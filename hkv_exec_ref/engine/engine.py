@@ -219,7 +219,11 @@ class Engine:
     def evict(self, tier: str = "device") -> int:
         """Force eviction of every unpinned unit of `tier`: device (manager.evict), host (every record moves to
         disk, or is dropped without one), disk (every record deleted); returns units (blocks, resume points,
-        records) evicted."""
+        records) evicted.  InvalidArgument for a tier this engine lacks, and for a host or disk tier once
+        `close()` released them."""
+        if self.closed and tier in EVICTABLE[1:]:
+            raise InvalidArgument(action="evict", argument="tier", value=tier,
+                                  reason="this engine was closed (its tiers released); open a new one")
         have = EVICTABLE[:1] if self.tiers is None else EVICTABLE[:2 + (self.tiers.cache.disk is not None)]
         if tier not in have:
             raise InvalidArgument(action="evict", argument="tier", value=tier,

@@ -27,8 +27,7 @@ import attrs
 from hkv_vllm.suite.hub_cache import write_hub_cache
 from hkv_vllm.suite.results import Comparison, compare, read_junit
 
-TEST_FILES = ("tests/v1/core/test_scheduler.py", "tests/v1/core/test_prefix_caching.py",
-              "tests/v1/core/test_prefix_replay.py")
+TEST_FILES = ("test_scheduler.py", "test_prefix_caching.py", "test_prefix_replay.py")  # in the release's v1/core
 PLUGIN = "hkv_vllm.suite.plugin"
 
 
@@ -37,7 +36,8 @@ def run_pytest(src: Path, out: Path, mode: str) -> Path:
     xml, log = out / f"{mode}.xml", out / f"{mode}.log"
     env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(out / "hub"),
                TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(src))
-    args = [sys.executable, "-m", "pytest", *TEST_FILES, "-q", "-p", "no:cacheprovider", "-W", "ignore",
+    files = [str(src / "tests" / "v1" / "core" / name) for name in TEST_FILES]
+    args = [sys.executable, "-m", "pytest", *files, "-q", "-p", "no:cacheprovider", "-W", "ignore",
             f"--junitxml={xml}"] + (["-p", PLUGIN] if mode == "hkv" else [])
     started = time.monotonic()
     print(f"== vLLM tests, {mode} manager ...", file=sys.stderr, flush=True)

@@ -28,10 +28,10 @@ import hkv_core
 
 ROOT = Path(hkv_core.__file__).resolve().parent.parent
 SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache", ".hypothesis",
-             "build", "dist", "out", "node_modules"}
+             "build", "dist", "out", "node_modules", ".venv-vllm", ".vllm-src", ".vllm-cache"}
 SUFFIXES = {".md", ".py", ".toml"}
 OWN_FOLDERS = ("docs", "specs", "benchmarks", "scripts", "tests", "hkv_core", "hkv_exec_ref", "hkv_exec_cuda",
-               "hkv_cli", "hkv_events")
+               "hkv_cli", "hkv_events", "hkv_vllm")
 SELF = Path(__file__).resolve()  # its made-up trees name missing and outside files on purpose
 MADE_UP = {  # (file, path) of files a test writes into a temporary tree, not the repository
     ("tests/core/test_import_boundaries.py", "hkv_core/manager/verb.py"),

@@ -186,3 +186,15 @@ def test_load_layout_file_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_layout(str(listed))
     assert info.value.key == "<root>"
+
+
+@pytest.mark.parametrize(("key", "kwargs"), [
+    ("name", {"name": None}), ("name", {"name": 123}), ("name", {"name": ""}), ("name", {"name": "  "}),
+    ("name", {"name": b"x"}), ("source", {"name": "x", "source": 5}), ("source", {"name": "x", "source": ""}),
+], ids=repr)
+def test_a_layout_name_is_a_non_empty_string(key: str, kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError) as info:
+        Layout.from_hf_config(load_preset_config("tiny_v4"), **kwargs)
+    assert info.value.key == key and info.value.source == "Layout.from_hf_config"
+    assert "non-empty str" in info.value.reason
+    assert Layout.from_hf_config(load_preset_config("tiny_v4"), name="mine").fingerprint()

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from hkv_core.block_keys import ALGORITHMS, BlockHasher, ExtraKeys
-from hkv_core.errors import ConfigError, MetadataTooLarge
+from hkv_core.errors import ConfigError, InvalidRequestArgument, MetadataTooLarge
 from hkv_core.layout import Layout
 from hkv_core.manager import CacheManager, ManagerConfig, estimate_metadata
 from hkv_core.manager import config_bounds as B
@@ -260,3 +260,25 @@ def test_an_unknown_block_hash_lists_the_choices() -> None:
     with pytest.raises(ConfigError, match="unknown block hash 'md5'; the choices: xxh3_128, sha256") as info:
         ManagerConfig(block_hash="md5")
     assert info.value.key == "block_hash"
+
+
+def test_retained_boundaries_is_bounded_by_the_request_and_validated() -> None:
+    m = CacheManager(Layout.from_preset("deepseek_v4_flash", block_tokens=16),
+                     ManagerConfig(default_pool_pages=64, key_seed=1, retain_every_blocks=1))
+    rid = m.add_request(np.arange(20))
+    assert m.retained_boundaries(rid, 0, 20) == [16]
+    assert m.retained_boundaries(rid, 16, 16) == [] and m.retained_boundaries(rid, np.int64(0), 16) == [16]
+    before = m.snapshot()
+    for start, end, argument in [(0, 10**9, "end"), (-100, 10**12, "start"), (0, 21, "end"), (5, 4, "end"),
+                                 (-1, 20, "start"), (0.0, 20, "start"), (0, "20", "end"), (True, 20, "start"),
+                                 (0, None, "end")]:
+        tracemalloc.start()
+        try:
+            with pytest.raises(InvalidRequestArgument) as info:
+                m.retained_boundaries(rid, start, end)  # type: ignore[arg-type]
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert info.value.argument == argument and info.value.action == "retained_boundaries", (start, end)
+        assert peak < 1 << 20, (start, end, peak)  # nothing built for the range (it was 363 MB)
+    assert m.snapshot() == before

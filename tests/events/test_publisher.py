@@ -137,3 +137,51 @@ def test_a_closed_publisher_raises_a_typed_error() -> None:
     assert pub.sequence == 0  # no batch was numbered
     with ZmqEventPublisher("tcp://127.0.0.1:65535", context=zmq.Context()) as edge:  # connect: lazy, any port
         assert edge.sequence == 0
+
+
+def stored(lora_id: int | None, key: bytes = b"k") -> BlockStored:
+    return BlockStored(block_hashes=(key * 16,), parent_block_hash=None, token_ids=tuple(range(8)), block_size=8,
+                       lora_id=lora_id)
+
+
+def test_one_event_that_cannot_be_encoded_never_costs_its_batch() -> None:
+    events = [stored(None, b"a"), stored(2**70, b"b"), stored(-(2**70), b"c"), stored(7, b"d"),
+              ResumePointStored(block_hash=b"d" * 16, position_tokens=8)]
+    batch = decode_batch(encode_batch(events))  # a raw OverflowError lost every event of the batch
+    assert [type(e).__name__ for e in batch.events] == ["BlockStored", "EventsLost", "BlockStored",
+                                                        "ResumePointStored"]
+    lost = batch.events[1]
+    assert isinstance(lost, wire.EventsLost) and lost.count == 2
+    assert [e.block_hashes for e in batch.events if isinstance(e, wire.BlockStored)] == [[b"a" * 16], [b"d" * 16]]
+    vllm_only = decode_batch(encode_batch(events, hkv_events=False))
+    assert [type(e).__name__ for e in vllm_only.events] == ["BlockStored", "BlockStored"]
+    assert wire.encode_batch_counted(events)[1] == 2 and wire.encode_batch_counted(events[:1])[1] == 0
+    context = zmq.Context()
+    with ZmqEventPublisher("tcp://127.0.0.1:*", topic=TOPIC, context=context) as pub:
+        sub = context.socket(zmq.SUB)
+        sub.connect(pub.endpoint)
+        sub.setsockopt(zmq.SUBSCRIBE, TOPIC.encode())
+        receive(sub, pub, [AllBlocksCleared()])
+        seq = pub.publish(events)  # type: ignore[arg-type]
+        assert sub.poll(2000)
+        _, seq_bytes, payload = sub.recv_multipart()
+        assert int.from_bytes(seq_bytes, "big") == seq and len(decode_batch(payload).events) == 4
+        assert pub.events_dropped == 2
+        sub.close(linger=0)
+    context.term()
+
+
+def test_an_adapter_id_past_64_bits_is_refused_at_add_request_so_events_always_encode() -> None:
+    m = CacheManager(Layout.from_preset("tiny_v4", block_tokens=8), ManagerConfig(key_seed=1, kv_events=True))
+    before = m.snapshot()
+    for bad in (2**64, -1, 2**100):
+        with pytest.raises(InvalidArgument) as info:
+            m.add_request(np.arange(40), lora_id=bad)
+        assert info.value.argument == "lora_id" and info.value.value == bad
+    assert m.snapshot() == before
+    rid = m.add_request(np.arange(40), lora_id=2**64 - 1)  # the largest that fits the wire's 64 bits
+    m.allocate(rid, 40)
+    m.commit(rid, 40)
+    m.release(rid)
+    batch = decode_batch(encode_batch(m.take_events()))
+    assert {e.lora_id for e in batch.events if isinstance(e, wire.BlockStored)} == {2**64 - 1}

@@ -6,7 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hkv_core.errors import HkvError, MissingDependency, NoDevice, StaleLease, UnknownPool
+from hkv_core.errors import (
+    HkvError,
+    InvalidArgument,
+    InvalidExecutorState,
+    MissingDependency,
+    NoDevice,
+    StaleLease,
+    UnknownPool,
+)
 from hkv_core.executor import PoolBinding, TrustingAuthority
 from hkv_core.layout import Layout
 from hkv_core.plan import Checksum, FillPages, Plan
@@ -42,7 +50,7 @@ def test_pools_are_aligned_and_never_move() -> None:
         assert addresses[spec.name] % spec.alignment_bytes == 0
     ex.run(Plan(ops=[FillPages(pool=TAIL, pages=[1, 2], versions=[0, 0], value=3)]))
     assert ex.addresses() == addresses
-    with pytest.raises(AssertionError, match="bind once"):
+    with pytest.raises(InvalidExecutorState, match="bind once"):
         ex.bind([PoolBinding(spec=FLASH.pools[0], pages=4)], TrustingAuthority())
 
 
@@ -114,5 +122,5 @@ def test_row_copies_through_staging_pieces_and_pinned_memory_agree(staging_bytes
 
 def test_an_entry_larger_than_the_staging_buffer_is_refused() -> None:
     ex = bound(staging_bytes=4 << 10)
-    with pytest.raises(AssertionError, match="staging buffer"):
+    with pytest.raises(InvalidArgument, match="staging buffer"):
         ex.export_rows(TAIL, [(1, 0, 1)], np.zeros((ex.pools[TAIL].shape[1], 1, 2, 1024), np.float32))

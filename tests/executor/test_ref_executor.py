@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hkv_core.errors import InvalidExecutorState
 from hkv_core.executor import Executor, PlanAuthority, PoolBinding, TrustingAuthority
 from hkv_core.layout import Layout
 from hkv_core.manager import (
@@ -90,12 +91,12 @@ def test_a_trusting_authority_runs_plans_built_by_hand() -> None:
     ex = RefExecutor()
     ex.bind([PoolBinding(spec=s, pages=6) for s in POOLS.values()], TrustingAuthority())
     assert ex.run(sample_plan()).ops_run == 5
-    with pytest.raises(AssertionError, match="bind once"):
+    with pytest.raises(InvalidExecutorState, match="bind once"):
         ex.bind([PoolBinding(spec=s, pages=6) for s in POOLS.values()], TrustingAuthority())
 
 
-def test_run_before_bind_is_a_programming_error() -> None:
-    with pytest.raises(AssertionError, match="bind before run"):
+def test_run_before_bind_is_a_typed_error() -> None:
+    with pytest.raises(InvalidExecutorState, match="bind"):
         RefExecutor().run(sample_plan())
 
 
@@ -157,11 +158,11 @@ def test_a_moved_version_refuses_the_whole_plan(moved: int) -> None:
 
 def test_null_page_is_never_a_destination() -> None:
     ex, _ = bound()
-    with pytest.raises(AssertionError):
+    with pytest.raises(InvalidArgument):
         ex.run(Plan(ops=(CopyPages(pool=WINDOW, src=1, dst=0, entries=1, src_version=0),)))
-    with pytest.raises(AssertionError):
+    with pytest.raises(InvalidArgument):
         ex.write(WINDOW, [3], np.zeros((1, 1, 16), np.float32))
-    with pytest.raises(AssertionError):
+    with pytest.raises(InvalidArgument):
         LoadRecord(pool=WINDOW, pages=(0,), versions=(0,), record="x")
     ex.write(WINDOW, [8 * 2 + 5], np.full((1, 1, 16), 3.0, np.float32))
     assert np.all(ex.read(WINDOW, [2])[0, 0, 5] == 3.0)

@@ -96,6 +96,8 @@ def test_can_allocate_refuses_what_allocate_refuses_with_the_same_error_and_stay
     ("cache_salt", 5, "must be a str or None"),
     ("lora_id", True, "must be a str, an int or None"),
     ("lora_id", 1.5, "must be a str, an int or None"),
+    ("lora_id", 2**64, "must lie in [0, 2**64)"),
+    ("lora_id", -1, "must lie in [0, 2**64)"),
     ("mm_keys", "x", "must be a sequence"),
     ("mm_keys", ((-1, b"h"),), "offset must be an int >= 0"),
 ])
@@ -332,3 +334,45 @@ def test_a_spec_error_outside_the_kinds_names_no_kind(tmp_path: Path) -> None:
     with pytest.raises(SpecError) as info:
         load_lifecycle(mutated_spec(tmp_path, "[meta]\nversion = 2", "[meta]\nversion = 2\nversoin = 2"))
     assert info.value.kind is None and "kind " not in str(info.value)
+
+
+def test_a_request_id_that_is_not_an_int_is_named_as_such() -> None:
+    m = tiny()
+    rid = m.add_request(np.arange(20))
+    assert rid == 0
+    before = m.snapshot()
+    for bad in ("0", 0.0, True, None):
+        with pytest.raises(InvalidArgument) as info:
+            m.match(bad)  # type: ignore[arg-type]
+        assert info.value.argument == "rid" and info.value.value is bad
+        assert f"got {type(bad).__name__}" in info.value.reason and "unknown request" not in str(info.value)
+    with pytest.raises(InvalidArgument, match="rid=True"):
+        m.request_tokens(True)  # type: ignore[arg-type]  # not request 1
+    assert m.snapshot() == before
+
+
+def test_acquire_after_allocate_says_allocate_already_started_the_request() -> None:
+    m = tiny()
+    rid = m.add_request(np.arange(20))
+    hit = m.match(rid)
+    m.allocate(rid, 8)
+    before = m.snapshot()
+    for action, call in (("acquire", lambda: m.acquire(rid, hit)), ("match", lambda: m.match(rid))):
+        with pytest.raises(InvalidRequestState) as info:
+            call()
+        assert info.value.action == action
+        assert "allocate started the request at token 0 (8 tokens allocated)" in info.value.reason
+        assert "before the first allocate" in info.value.reason
+    assert m.snapshot() == before
+
+
+def test_evicting_a_tier_of_a_closed_engine_says_it_is_closed(tmp_path: Path) -> None:
+    served = Engine.tiny(disk_dir=tmp_path / "disk", host_bytes=1 << 20)
+    served.generate(np.arange(20), 2)
+    served.close()
+    for tier in ("host", "disk"):
+        with pytest.raises(InvalidArgument) as info:
+            served.evict(tier)
+        assert info.value.argument == "tier" and "closed" in info.value.reason
+        assert "has only" not in info.value.reason
+    assert served.evict("device") >= 0  # the manager is still there
