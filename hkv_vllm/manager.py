@@ -120,14 +120,18 @@ class HkvKVCacheManager:
             raise UnsupportedVllmConfig(feature="kv_connector",
                                         detail="external (connector) or encoder tokens, delayed caching")
         entry = self._entry(request)
-        self._sync(entry, request)
-        self._commit_to(entry, request.num_computed_tokens)
         computed = request.num_computed_tokens + num_new_computed_tokens
         target = min(computed + num_new_tokens + num_lookahead_tokens, self.max_model_len)
-        if target > entry.known:
+        if target > request.num_tokens:
             raise UnsupportedVllmConfig(feature="lookahead",
                                         detail=f"slots for tokens not known yet: {target} tokens asked, "
-                                               f"{entry.known} known (speculative or async scheduling)")
+                                               f"{request.num_tokens} known (speculative or async scheduling)")
+        size = self._block_size
+        if (entry.acquired and -(-target // size) <= len(entry.blocks)
+                and request.num_computed_tokens // size <= entry.committed // size):
+            return self.empty_kv_cache_blocks  # pages cover it, no block completed: hkv is asked nothing
+        self._sync(entry, request)
+        self._commit_to(entry, request.num_computed_tokens)
         hit_pages = self._hit_pages(entry, num_new_computed_tokens)
         watermark = self.watermark_blocks if has_scheduled_reqs and _waiting(request) else 0
         free = self.block_pool.get_num_free_blocks()
@@ -136,7 +140,9 @@ class HkvKVCacheManager:
             return None  # the whole sequence would not fit (reservations constrain only this allocation)
         if self._blocks_needed(entry, target, hit_pages) + watermark > free - reserved_blocks:
             return None
-        return self._allocate(entry, target, hit_pages, num_new_computed_tokens)
+        # whole pages, as vLLM allocates whole blocks: hkv's allocation runs to the end of the last block
+        return self._allocate(entry, min(entry.known, -(-target // self._block_size) * self._block_size),
+                              hit_pages, num_new_computed_tokens)
 
     def _allocate(self, entry: Entry, target: int, hit_pages: list[int], hit_tokens: int) -> Any:
         acquiring = not entry.acquired
@@ -289,13 +295,18 @@ class HkvKVCacheManager:
             entry.known = len(tokens)
 
     def _commit_to(self, entry: Entry, num_computed_tokens: int) -> None:
-        """Commit the tokens vLLM reports computed that hkv has allocated and not committed."""
+        """Commit the tokens vLLM reports computed and hkv knows.  hkv's allocation runs to a block's end or
+        to the known tokens, whichever is first; tokens decoded into a block since are first allocated there
+        (inside pages the request holds: no page is taken)."""
         if not entry.acquired:
             return
-        computed, allocated, _ = self.hkv.request_tokens(entry.rid)
-        upto = min(num_computed_tokens, allocated)
+        computed, allocated, known = self.hkv.request_tokens(entry.rid)
+        upto = min(num_computed_tokens, known, len(entry.blocks) * self._block_size)
+        if upto > allocated:
+            self.hkv.allocate(entry.rid, upto - allocated)
         if upto > computed:
             self.hkv.commit(entry.rid, upto - computed)
+        entry.committed = max(computed, upto)
 
     def _forget(self, entry: Entry) -> None:
         self.blocks.drop(entry)

@@ -23,6 +23,7 @@ class Entry:
     req_id: str         # vLLM's request id
     rid: int            # its hkv request id
     known: int          # tokens hkv was given (prompt + verified outputs)
+    committed: int = 0  # tokens committed in hkv (written and known)
     hit: Hit | None = None
     acquired: bool = False
     blocks: list[Any] = attrs.field(factory=list)  # the request's KVCacheBlocks, in position order

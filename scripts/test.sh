@@ -17,4 +17,11 @@ if [ "$rc" -eq 5 ]; then
   echo "pytest collected no tests: failing on purpose" >&2
   exit 1
 fi
-exit "$rc"
+[ "$rc" -eq 0 ] || exit "$rc"
+# vLLM's own scheduler tests, stock and with hkv, then hkv_vllm's tests, in .venv-vllm (docs/vllm.md).
+# HKV_SKIP_VLLM=1 skips this step (it says so); CI runs it.
+if [ "${HKV_SKIP_VLLM:-0}" = 1 ]; then
+  echo "== vLLM suite skipped (HKV_SKIP_VLLM=1)" >&2
+  exit 0
+fi
+exec sh scripts/vllm_suite.sh
