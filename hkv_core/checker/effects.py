@@ -143,7 +143,7 @@ EFFECTS: Mapping[str, Effect] = MappingProxyType({
     "set_owner": _set_owner,
     "clear_owner": _set(owner=-1),
     "append_row": _delta("rows", 1),
-    "clear_rows": _set(rows=0, frozen=-1, cap=-1),
+    "clear_rows": _set(rows=0, frozen=-1, cap=-1, unknown=0),
     "seal_rows": _seal_rows,
     "freeze_content": _freeze,
     "add_lease": _lease(add=True),
@@ -158,6 +158,7 @@ EFFECTS: Mapping[str, Effect] = MappingProxyType({
     "free_row": _set(row=0),
     "hold_references": _hold_references,
     "drop_references": _drop_references,
+    "mark_ahead": _set(unknown=1),
 })
 
 ACTOR_GUARDS = frozenset({"is_owner", "leased_by_actor", "not_leased_by_actor"})

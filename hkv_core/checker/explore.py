@@ -15,6 +15,10 @@ Two kinds of events are never fired on one segment alone:
   and clears it;
 - reference events (meta.reference_events) fire only inside an index entry's
   `hold_references` / `drop_references` effect.
+
+One step is no event of the spec: `append_tokens` makes the positions of a
+segment reserved ahead (`mark_ahead`) known to its owner, the data guard
+`tokens_known` reads (the manager's known-token watermark).
 """
 
 from __future__ import annotations
@@ -110,6 +114,18 @@ class Explorer:
                     if nxt is not None:
                         yield (head, actor), nxt
         yield from self.lease_successors(world)
+        yield from self.known_successors(world)
+
+    def known_successors(self, world: World) -> Iterator[tuple[Label, World]]:
+        """append_tokens: the owner of a segment reserved ahead learns the tokens it was reserved for (the
+        manager's known-token watermark passing its first row; what guard `tokens_known` reads)."""
+        topo = self.topo
+        for s in topo.device_segs:
+            seg = world.segs[s]
+            if seg.unknown:
+                move = Move(world)
+                move.segs[s] = seg._replace(unknown=0)
+                yield (f"append_tokens({topo.describe(s)}", seg.owner), move.freeze()
 
     def lease_successors(self, world: World) -> Iterator[tuple[Label, World]]:
         """Every atomic lease operation: acquire on each indexed chain, release of each held lease."""

@@ -2,8 +2,10 @@
 
 Breadth-first over sequences of public API calls (add a request for one of a
 few prompts sharing a prefix, match + acquire, acquire a hit that went stale,
-allocate a chunk or the rest of the prompt, complete its copy plan (or report
-it failed), commit, propose a speculative step then accept some of its drafts
+allocate a chunk or the rest of the prompt, allocate `ahead_tokens` positions
+ahead of the known tokens, append the tokens that make them known (commit
+past the known tokens is tried and must be refused), complete its copy plan
+(or report it failed), commit, propose a speculative step then accept some of its drafts
 or reject it, release, evict) up to `max_depth` calls, on a tiny layout
 with small pools, starting from a manager whose index already holds the
 `seeded` prompts (computed and released), so that paths that need a populated
@@ -12,7 +14,8 @@ pages retire, then are reclaimed) - lie within a few calls.  Each call runs on a
 clone of the manager; states are deduplicated by the manager's snapshot.  In
 every state every spec invariant is evaluated on the live structures
 (`check_invariants`); a call that raises an HkvError must leave the snapshot
-unchanged.  Violations come with the shortest call trace.  At `max_states`
+unchanged, and a call that raises anything else is reported (`call_crashed`).
+Violations come with the shortest call trace.  At `max_states`
 states the search stops growing (every state found is still checked) and the
 result says `truncated`.  Given a lifecycle spec, the manager runs on it (its
 compiled tables, its invariants); by default on the shipped one.
@@ -56,6 +59,7 @@ class ImplCheckConfig:
     retain_every_blocks: int = 1
     chunk_tokens: tuple[int, ...] = (4, 8)
     draft_tokens: tuple[int, ...] = (3,)  # draft lengths of the speculative steps proposed
+    ahead_tokens: int = 4  # positions an allocate_ahead reserves (0: none), from within 4 tokens of the known end
     seeded: tuple[int, ...] = (0,)  # prompts computed and released before the search starts
     stop_on_violation: bool = False  # end the search at the first violation (broken-variant tests)
     max_states: int = MAX_STATES  # at the cap the search stops growing and the result says truncated
@@ -129,9 +133,32 @@ def _request_actions(config: ImplCheckConfig, rid: int, acquired: bool, allocate
             yield f"allocate(r{rid}, {chunk})", functools.partial(_allocate, rid=rid, n=chunk)
     if 0 < known - allocated < max(config.chunk_tokens) and known - allocated not in config.chunk_tokens:
         yield f"allocate(r{rid}, {known - allocated})", functools.partial(_allocate, rid=rid, n=known - allocated)
-    if allocated > computed:
-        yield f"commit(r{rid})", lambda m: m.commit(rid, allocated - computed)
+    yield from _ahead_actions(config, rid, acquired, allocated, known)
+    if min(allocated, known) > computed:
+        yield f"commit(r{rid})", lambda m: m.commit(rid, min(allocated, known) - computed)
+    if allocated > known:  # refused: slots reserved ahead are not known yet
+        yield f"commit(r{rid}, past known)", lambda m: m.commit(rid, allocated - computed)
     yield f"release(r{rid})", lambda m: m.release(rid)
+
+
+def _ahead_actions(config: ImplCheckConfig, rid: int, acquired: bool, allocated: int,
+                   known: int) -> Iterator[tuple[str, Action]]:
+    """Slots reserved ahead of the known tokens (from the known end, or a little before it), and the
+    append_tokens that makes every allocated position known."""
+    n = config.ahead_tokens
+    if n and acquired and known - n < allocated <= known:
+        yield f"allocate_ahead(r{rid}, {n})", functools.partial(_allocate_ahead, rid=rid, n=n)
+    if allocated > known:
+        yield f"append(r{rid}, {allocated - known})", functools.partial(_append, rid=rid, n=allocated - known)
+
+
+def _allocate_ahead(m: CacheManager, rid: int, n: int) -> None:
+    m.allocate_ahead(rid, n)
+
+
+def _append(m: CacheManager, rid: int, n: int) -> None:
+    _, _, known = m.request_tokens(rid)
+    m.append_tokens(rid, (np.arange(known, known + n) * 3 + 2) % 60)
 
 
 def _step_actions(rid: int, k: int) -> Iterator[tuple[str, Action]]:
@@ -244,6 +271,9 @@ def check_implementation(config: ImplCheckConfig | None = None,
                 failed += 1
                 if twin.snapshot() != before:
                     violations.setdefault("failed_call_changed_state", trace + (label,))
+                continue
+            except Exception as exc:  # a (broken) manager's state no call can handle: reported, not fatal
+                violations.setdefault("call_crashed", trace + (label, f"{type(exc).__name__}: {exc}"))
                 continue
             key = state_key(twin)
             if key not in seen:

@@ -62,6 +62,19 @@ def _draft_isolation(topo: Topology, world: World) -> str | None:
     return None
 
 
+def _ahead_never_published(topo: Topology, world: World) -> str | None:
+    """An AHEAD segment, or one still holding a position its owner does not know, is private and unshared; a
+    segment holding an unknown position is AHEAD (only `verify`, once known, leaves it)."""
+    for s in topo.device_segs:
+        seg = world.segs[s]
+        ahead = topo.ahead[s][seg.state]
+        if (ahead or seg.unknown) and (seg.owner < 0 or seg.leases or seg.copy or seg.frozen >= 0 or seg.holders):
+            return f"{_at(topo, world, s)} holds unknown positions yet is shared, pinned, frozen or ownerless"
+        if seg.unknown and not ahead:
+            return f"{_at(topo, world, s)} left AHEAD before its owner knew its tokens"
+    return None
+
+
 def _publish_only_when_complete(topo: Topology, world: World) -> str | None:
     for s in topo.device_segs:
         seg = world.segs[s]
@@ -195,4 +208,5 @@ INVARIANTS: Mapping[str, Invariant] = MappingProxyType({
     "referenced_objects_indexable": _referenced_objects_indexable,
     "index_closed": _index_closed,
     "live_chains_indexed": _live_chains_indexed,
+    "ahead_never_published": _ahead_never_published,
 })

@@ -87,3 +87,7 @@ class WorldView:
 
     def block_indexed(self) -> bool:
         return self._block_indexed_at(self._prefix())
+
+    def tokens_known(self) -> bool:
+        """Its owner learnt the tokens it was reserved ahead for (the explorer's append_tokens cleared it)."""
+        return not self.world.segs[self.seg].unknown

@@ -54,6 +54,7 @@ class Seg(NamedTuple):
     refs: int = 0  # index entry: bit i set while it holds a reference on Topology.ref_targets[seg][i]
     cap: int = -1  # sealed size in rows; -1 means rows_per_segment (the canonical form of a full seal)
     row: int = 0  # index entry: 1 while it holds a row of its index table (rows are unbounded)
+    unknown: int = 0  # 1 while it holds a position its owner does not know yet (set by mark_ahead)
 
 
 class Req(NamedTuple):
@@ -219,6 +220,7 @@ class Topology:
         self.corrupt = self._mask(lambda k: CORRUPT_STATES)
         self.draft = self._mask(lambda k: frozenset({State.DRAFT, State.DRAFT_FILLING}))
         self.ready = self._mask(lambda k: frozenset({State.READY}))
+        self.ahead = self._mask(lambda k: frozenset({State.AHEAD}))
         self.dead = self._mask(lambda k: spec.kind(k).final | {spec.kind(k).initial})
         self.private = self._mask(lambda k: private_states(spec, spec.kind(k)))
         live = {BLOCK_KIND: frozenset({State.INDEXED}), POINT_KIND: frozenset({State.KEPT})}

@@ -11,6 +11,7 @@ from numpy.typing import ArrayLike
 
 from hkv_core.block_keys import ExtraKeys, checked_tokens
 from hkv_core.errors import AdmissionRejected, InvalidTokens
+from hkv_core.manager.allocate import verify_known
 from hkv_core.manager.core import Core
 from hkv_core.manager.requests import RequestState
 
@@ -61,17 +62,20 @@ def add_request(core: Core, tokens: ArrayLike, extra: ExtraKeys) -> int:
 
 
 def append_tokens(core: Core, req: RequestState, tokens: ArrayLike) -> None:
-    """Extend a request (decode); new complete blocks get keys chained to the last one."""
+    """Extend a request (decode); new complete blocks get keys chained to the last one; slots reserved ahead
+    that the tokens make known are verified (they keep their pages)."""
     more = checked_tokens(as_token_array(tokens)).astype(np.int64)  # InvalidTokens before anything changes
     check_length(core, len(req.tokens) + len(more))
     done = len(req.keys) * core.block_tokens
     if len(req.tokens) + len(more) - done < core.block_tokens:  # no block completes: no key to compute
         req.extend(more, req.keys[:0])
-        return
-    open_block = np.concatenate([req.tokens[done:], more])  # the tokens after the last complete block
-    parent = req.keys[-1].astype("<u8").tobytes() if len(req.keys) else None
-    keys = core.hasher.hash_blocks(open_block, req.extra, parent=parent, start_block=len(req.keys))
-    req.extend(more, keys)
+    else:
+        open_block = np.concatenate([req.tokens[done:], more])  # the tokens after the last complete block
+        parent = req.keys[-1].astype("<u8").tobytes() if len(req.keys) else None
+        keys = core.hasher.hash_blocks(open_block, req.extra, parent=parent, start_block=len(req.keys))
+        req.extend(more, keys)
+    core.requests.set_known(req)
+    verify_known(core, req)  # slots reserved ahead that these tokens make known
 
 
 def check_length(core: Core, tokens: int) -> None:

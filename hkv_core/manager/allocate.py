@@ -8,6 +8,12 @@ every pool are reserved in one lifecycle step.  The copies the tokens need
 first (copy-on-write of the hit's partial page, seeding the working tail)
 are issued as one plan with an id; the copies' targets are FILLING until
 `complete(plan_id)`.
+
+Objects whose first row needs a token the request does not know yet (slots
+reserved ahead: `allocate_ahead`, or a compressed page the last known token
+only begins) are reserved AHEAD; `append_tokens` verifies them once their
+tokens are known.  Nothing AHEAD can be published (the lifecycle table has
+no such edge), and `commit` never passes the known tokens.
 """
 
 from __future__ import annotations
@@ -58,7 +64,8 @@ def allocate(core: Core, req: RequestState, num_tokens: int) -> Allocation:
     start, end = req.allocated, req.allocated + num_tokens
     demands, blocks, points, boundaries = needs(core, req, start, end)
     make_room(core, [d[0] for d in demands], blocks, points)
-    got = core.objects.reserve(demands, req.slot)
+    got = core.objects.reserve(demands, req.slot, known=len(req.tokens))
+    note_ahead(core, req, got)
     out = Builder()
     for role in core.roles:
         role.place(req, start, end, boundaries, [got[p.index] for p in role.pools], out)
@@ -70,6 +77,25 @@ def allocate(core: Core, req: RequestState, num_tokens: int) -> Allocation:
     return Allocation(request_id=req.rid, start_tokens=start, num_tokens=num_tokens, block_tables=out.tables,
                       slots=out.slots, tail_pages=out.tail_pages, snapshots=out.snapshots,
                       plan=issue(core, req, out, f"allocate {start}+{num_tokens}"))
+
+
+def note_ahead(core: Core, req: RequestState, got: list[np.ndarray]) -> None:
+    """Remember the objects just reserved AHEAD (past the known tokens): append_tokens verifies them."""
+    o = core.objects
+    for objs in got:
+        if objs.size:
+            req.ahead += objs[o.ahead[o.code[objs]]].tolist()
+
+
+def verify_known(core: Core, req: RequestState) -> None:
+    """The request's known tokens grew: its AHEAD objects whose first row they cover are verified
+    (AHEAD -> RESERVED, same page: an engine's block tables stay valid); the rest stay AHEAD."""
+    if not req.ahead:
+        return
+    objs = np.array(req.ahead, np.intp)
+    known = core.objects.row_token[objs] <= len(req.tokens)
+    core.objects.step(objs[known], Event.VERIFY, req.slot)
+    req.ahead = objs[~known].tolist()
 
 
 def issue(core: Core, req: RequestState, out: Builder, label: str) -> Plan | None:

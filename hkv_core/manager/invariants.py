@@ -33,7 +33,7 @@ class HasCore(Protocol):
 
 
 Check = Callable[[Core], list[str]]
-PRIVATE = (State.RESERVED, State.FILLING, State.DRAFT, State.DRAFT_FILLING, State.READY)
+PRIVATE = (State.AHEAD, State.RESERVED, State.FILLING, State.DRAFT, State.DRAFT_FILLING, State.READY)
 
 
 def _in(o: PagePools, states: frozenset[str] | tuple[str, ...]) -> NDArray[np.bool_]:
@@ -122,12 +122,33 @@ def _verified_only(core: Core, req: RequestState) -> list[str]:
     bt, out = core.block_tokens, []
     if len(req.keys) != len(req.tokens) // bt:
         out.append(f"request {req.rid}: {len(req.keys)} block keys over {len(req.tokens)} verified tokens")
-    if len(req.chain) * bt > req.computed or any(p > len(req.tokens) for p in req.pending_points):
-        out.append(f"request {req.rid}: a chained block or a pending point lies past its verified tokens")
+    if len(req.chain) * bt > req.computed or any(p > req.allocated for p in req.pending_points):
+        out.append(f"request {req.rid}: a chained block lies past its committed or a pending point past its "
+                   f"allocated tokens")
     step = req.draft
     if step is not None and (step.verified != len(req.tokens) or step.start != req.computed):
         out.append(f"request {req.rid}: its step starts at {step.start} / verified {step.verified}, not at "
                    f"{req.computed} committed / {len(req.tokens)} verified")
+    return out
+
+
+def ahead_never_published(core: Core) -> list[str]:
+    """AHEAD objects are private, unshared and still ahead of their owner's known tokens, exactly those the
+    requests list; no request committed past its known tokens (docs/manager.md, "Slots reserved ahead")."""
+    o = core.objects
+    ahead = _in(o, (State.AHEAD,))
+    objs = np.flatnonzero(ahead)
+    owners = o.owner[objs]
+    bad = objs[(owners < 0) | (o.leases[objs] > 0) | (o.holders[objs] > 0) | (o.copies[objs] > 0)
+               | (core.requests.known[owners] >= o.row_token[objs])]
+    out = [f"{_name(o, b)} is AHEAD but shared, ownerless or already known" for b in bad]
+    listed = [b for req in core.requests.live() for b in req.ahead]
+    if sorted(listed) != objs.tolist():
+        out.append("the AHEAD objects are not exactly those the requests list as reserved ahead")
+    for req in core.requests.live():
+        if req.computed > len(req.tokens) or core.requests.known[req.slot] != len(req.tokens):
+            out.append(f"request {req.rid} committed {req.computed} tokens, past its {len(req.tokens)} known "
+                       f"(or the known watermark {core.requests.known[req.slot]} is stale)")
     return out
 
 
@@ -329,7 +350,7 @@ INVARIANTS: Mapping[str, Check] = MappingProxyType({
                             lease_covers_object_set, draft_isolation, publish_only_when_complete,
                             immutable_when_frozen, slot_single_owner, no_slot_leak, refcount_matches_leases,
                             disk_copy_durable, references_counted, referenced_objects_indexable, index_closed,
-                            live_chains_indexed)})
+                            live_chains_indexed, ahead_never_published)})
 
 
 def check_invariants(manager: HasCore | Core) -> list[str]:

@@ -4,6 +4,7 @@
     hit = manager.match(rid)               # longest safe resume point + verdict
     manager.acquire(rid, hit)              # re-check against the index (StaleLease), pin
     alloc = manager.allocate(rid, n)       # pages + slot mappings + copy plan (OutOfPages: nothing changed)
+    # (allocate_ahead(rid, n): also positions past the known tokens, reserved ahead until append_tokens)
     if alloc.plan: manager.complete(alloc.plan.plan_id, executor.run(alloc.plan))
     ...engine writes the KV of n tokens...
     manager.commit(rid, n)                 # publish complete pages and resume points
@@ -187,11 +188,28 @@ class CacheManager:
         return allocate.allocate(self.core, req, count)
 
     @_locked
+    def allocate_ahead(self, rid: int, num_tokens: int) -> Allocation:
+        """Pages, slot mappings and the copy plan for positions [allocated, allocated + num_tokens), also past the
+        request's known tokens: slots for tokens not known yet (speculative lookahead, async scheduling).
+
+        Positions at or past the known tokens are *reserved ahead* (objects AHEAD): nothing covering them is
+        hashed, indexed, published, kept as a resume point or served to another request until `append_tokens`
+        makes them known (verified) and `commit` covers them (written).  Their pages never change while the
+        request lives.  `release` frees what is still unverified.  InvalidRequestArgument past
+        `max_request_tokens` (nothing changed); OutOfPages leaves everything as it was."""
+        req = self._request(rid, "allocate_ahead")
+        self._no_draft(req, "allocate_ahead")
+        count = self._count(req, "allocate_ahead", num_tokens, self.core.config.max_request_tokens - req.allocated)
+        return allocate.allocate(self.core, req, count)
+
+    @_locked
     def commit(self, rid: int, num_tokens: int) -> None:
-        """The engine wrote `num_tokens` more tokens: publish what became complete."""
+        """The engine wrote `num_tokens` more tokens: publish what became complete.  Only known tokens commit:
+        `num_tokens` lies in [1, min(allocated, known) - committed] (slots reserved ahead wait for
+        `append_tokens`)."""
         req = self._request(rid, "commit")
         self._no_draft(req, "commit")
-        count = self._count(req, "commit", num_tokens, req.allocated - req.computed)
+        count = self._count(req, "commit", num_tokens, min(req.allocated, len(req.tokens)) - req.computed)
         self._no_plans(req, "commit")
         commit.commit(self.core, req, count)
 
@@ -439,8 +457,10 @@ class CacheManager:
                                          reason=f"must be an integer, got {type(value).__name__}")
         count = int(value)
         if not 1 <= count <= room:
-            now = (f"{req.allocated} tokens allocated, {req.computed} committed" if action == "commit"
-                   else f"{len(req.tokens)} tokens known, {req.allocated} allocated")
+            now = (f"{req.allocated} tokens allocated, {req.computed} committed, {len(req.tokens)} known"
+                   if action == "commit" else f"{len(req.tokens)} tokens known, {req.allocated} allocated")
+            if action == "allocate_ahead":
+                now += f", max_request_tokens {self.core.config.max_request_tokens}"
             verb = "commit" if action == "commit" else "allocate"
             bound = f"must lie in [1, {room}]" if room >= 1 else f"must be at least 1, and none is left to {verb}"
             raise InvalidRequestArgument(request_id=req.rid, action=action, argument="num_tokens", value=value,

@@ -102,6 +102,7 @@ EFFECTS: Mapping[str, Effect] = MappingProxyType({
     "unpin_copy": _unpin_copy,
     "bump_version": _bump_version,
     "quarantine": _noop,
+    "mark_ahead": _noop,  # ahead is data here: row_token past the owner's known tokens (requests.known)
     "add_holder": _add_holder,
     "drop_holder": _drop_holder,
     "take_row": _not_for_objects("take_row"),

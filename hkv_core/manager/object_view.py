@@ -2,7 +2,8 @@
 
 Every answer is read from data: the page pools' arrays, and (for rows and
 leases) the request table: an object's rows are written once its owner's
-committed watermark passes its `row_token` / `full_token`; a request's lease
+committed watermark passes its `row_token` / `full_token`, and are no longer
+ahead once its owner's known tokens pass its `row_token`; a request's lease
 lists the objects in its pin list.  Answers are arrays (one element per
 object) except `slot_available`, one verdict for the whole step.
 """
@@ -51,6 +52,12 @@ class ObjectView:
         p = self.pools
         full: NDArray[np.bool_] = p.requests.committed[self.owners()] >= p.full_token[self.objs]
         return full
+
+    def tokens_known(self) -> NDArray[np.bool_]:
+        """The owner knows the tokens each object's first row needs (its row token is within them)."""
+        p = self.pools
+        known: NDArray[np.bool_] = p.requests.known[self.owners()] >= p.row_token[self.objs]
+        return known
 
     def rows_written(self) -> NDArray[np.int64]:
         p = self.pools

@@ -48,7 +48,7 @@ NO_OWNER = -1
 Index = NDArray[np.intp]
 EMPTY = np.zeros(0, np.intp)
 FIRED = (Event.RESERVE, Event.ABORT, Event.PIN, Event.UNPIN, Event.HOLD, Event.UNHOLD, Event.EVICT,  # on every pool
-         Event.RESERVE_DRAFT, Event.ACCEPT, Event.REJECT)
+         Event.RESERVE_DRAFT, Event.ACCEPT, Event.REJECT, Event.RESERVE_AHEAD, Event.VERIFY)
 # (each role adds its own: Role.FIRES)
 
 
@@ -141,6 +141,7 @@ class PagePools:
         self.published = self.codes_in(State.PUBLISHED)
         self.retired = self.codes_in(State.RETIRED)
         self.reserved = self.codes_in(State.RESERVED)
+        self.ahead = self.codes_in(State.AHEAD)
 
     def codes_in(self, *states: str) -> NDArray[np.bool_]:
         """Per code: is its state one of `states` (read-only; computed once per set of states)."""
@@ -257,10 +258,12 @@ class PagePools:
         return runs
 
     def reserve(self, demands: list[tuple[int, NDArray[np.int64], NDArray[np.int64]]], actor: int,
-                event: Event = Event.RESERVE) -> list[Index]:
+                event: Event = Event.RESERVE, known: int | None = None) -> list[Index]:
         """Per pool (count, row tokens, full tokens): that many FREE objects owned by `actor`, each placed in
         a free page (guard slot_available reads the pools' free pages; IllegalTransition, nothing taken);
-        `event` RESERVE (RESERVED objects) or RESERVE_DRAFT (DRAFT objects of a speculative step)."""
+        `event` RESERVE (RESERVED objects) or RESERVE_DRAFT (DRAFT objects of a speculative step).  With
+        `known` (the owner's known tokens), a RESERVE takes objects whose first row needs a later token by
+        RESERVE_AHEAD (AHEAD until `verify`; a working tail, which no commit completes, never is)."""
         parts, taken = [EMPTY] * len(self.pools), []
         for pool, (n, rows, fulls) in zip(self.pools, demands, strict=True):
             if n:
@@ -279,15 +282,29 @@ class PagePools:
             parts[pool.index] = part = objs[a:b]
             runs.append((pool, part))
         self.runs = (objs, runs)  # known already: no split by pool
+        rows = np.concatenate([t[3] for t in taken])
+        ahead = self._ahead(rows, known) if event == Event.RESERVE else None
         try:
-            self.step(objs, event, actor)
+            if ahead is None:
+                self.step(objs, event, actor)
+            else:  # make_room counted both parts: the second cannot be refused once the first passed
+                self.step(objs[~ahead], event, actor)
+                self.step(objs[ahead], Event.RESERVE_AHEAD, actor)
         finally:
             self.runs = None
         for pool, n, _, _, _ in taken:
             pool.free_object_count -= n
-        self.row_token[objs] = np.concatenate([t[3] for t in taken])
+        self.row_token[objs] = rows
         self.full_token[objs] = np.concatenate([t[4] for t in taken])
         return parts
+
+    @staticmethod
+    def _ahead(rows: NDArray[np.int64], known: int | None) -> NDArray[np.bool_] | None:
+        """Which reservations are ahead (first row past `known`, not a working tail); None when none is."""
+        if known is None:
+            return None
+        ahead: NDArray[np.bool_] = (rows > known) & (rows != np.iinfo(np.int64).max)
+        return ahead if any_true(ahead) else None
 
     def take_slots(self, objs: Index) -> None:
         """The take_slot effect: the lowest free pages of each object's pool become their placements."""

@@ -32,5 +32,6 @@ def release(core: Core, req: RequestState) -> None:
     core.index.unreserve(req.block_rows, req.point_rows)
     req.block_rows = req.point_rows = 0
     req.pending_points.clear()
+    req.ahead.clear()  # its unverified reservations were aborted with its other private objects (never published)
     core.index.touch(req.chain.view())  # its whole chain was in use until now: its LRU entries, deepest first
     core.requests.forget(req)

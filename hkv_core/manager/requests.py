@@ -3,7 +3,7 @@
 A live request occupies one of `max_requests` slots; the slot is the actor
 id the page pools record as an object's owner, and `committed[slot]` (the
 tokens the request has committed) is the data the `rows_full` / `has_rows`
-guards read.  Only the verbs change a request.
+guards read; `known[slot]` (its known tokens) is what `tokens_known` reads.  Only the verbs change a request.
 """
 
 from __future__ import annotations
@@ -200,6 +200,7 @@ class RequestState:
     token_room: NDArray[np.int64] | None = None  # `tokens` is a prefix view of it while decoding
     key_room: NDArray[np.uint64] | None = None  # `keys` likewise
     draft: DraftState | None = None  # a speculative step between propose and accept / reject
+    ahead: list[int] = attrs.field(factory=list)  # its AHEAD objects: reserved past its known tokens, unverified
 
     def __attrs_post_init__(self) -> None:
         if not self.tables:
@@ -219,15 +220,17 @@ class RequestState:
                             pending_points=list(self.pending_points),
                             snapshots={p: list(o) for p, o in self.snapshots.items()},
                             tail_sources=dict(self.tail_sources), plans=set(self.plans),
-                            draft=self.draft.clone() if self.draft is not None else None)
+                            draft=self.draft.clone() if self.draft is not None else None, ahead=list(self.ahead))
 
 
 class RequestTable:
-    """Live requests by id and by slot; `committed` per slot (one more entry: -1 for 'no owner')."""
+    """Live requests by id and by slot; `committed` and `known` tokens per slot (one more entry: -1 for 'no
+    owner')."""
 
     def __init__(self, max_requests: int) -> None:
         self.max_requests = max_requests
         self.committed = np.full(max_requests + 1, -1, np.int64)
+        self.known = np.full(max_requests + 1, -1, np.int64)
         self.by_rid: dict[int, RequestState] = {}
         self.by_slot: list[RequestState | None] = [None] * max_requests
         self.free_slots = list(range(max_requests - 1, -1, -1))
@@ -243,18 +246,24 @@ class RequestTable:
         self.next_rid += 1
         self.by_rid[req.rid], self.by_slot[slot] = req, req
         self.committed[slot] = 0
+        self.known[slot] = len(req.tokens)
         return req
 
     def forget(self, req: RequestState) -> None:
         del self.by_rid[req.rid]
         self.by_slot[req.slot] = None
         self.committed[req.slot] = -1
+        self.known[req.slot] = -1
         self.free_slots.append(req.slot)
         self.free_slots.sort(reverse=True)
 
     def set_committed(self, req: RequestState, tokens: int) -> None:
         req.computed = tokens
         self.committed[req.slot] = tokens
+
+    def set_known(self, req: RequestState) -> None:
+        """The request's known tokens grew (append_tokens): what guard `tokens_known` reads."""
+        self.known[req.slot] = len(req.tokens)
 
     def pinned(self, slot: int) -> NDArray[np.intp]:
         """The objects request `slot`'s lease lists."""
@@ -273,6 +282,7 @@ class RequestTable:
         twin = RequestTable.__new__(RequestTable)
         twin.max_requests, twin.next_rid = self.max_requests, self.next_rid
         twin.committed = self.committed.copy()
+        twin.known = self.known.copy()
         twin.by_rid = {rid: r.clone() for rid, r in self.by_rid.items()}
         twin.by_slot = [None if r is None else twin.by_rid[r.rid] for r in self.by_slot]
         twin.free_slots = list(self.free_slots)

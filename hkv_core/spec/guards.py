@@ -39,6 +39,7 @@ class GuardView(Protocol):
     def chain_tail(self) -> Any: ...
     def has_point(self) -> Any: ...
     def block_indexed(self) -> Any: ...
+    def tokens_known(self) -> Any: ...
 
 
 Guard = Callable[[GuardView], Any]
@@ -68,6 +69,7 @@ _GUARDS: dict[str, Guard] = {
     "not_chain_tail": lambda v: _not(v.chain_tail()),
     "no_point": lambda v: _not(v.has_point()),
     "block_indexed": lambda v: v.block_indexed(),
+    "tokens_known": lambda v: v.tokens_known(),
 }
 
 GUARDS: Mapping[str, Guard] = MappingProxyType(_GUARDS)

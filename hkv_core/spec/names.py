@@ -40,6 +40,7 @@ GUARD_NAMES: frozenset[str] = frozenset(
         "not_chain_tail",  # no live request's chain ends at this block
         "no_point",  # no KEPT resume point sits on this block
         "block_indexed",  # a resume point's block is INDEXED
+        "tokens_known",  # the owner knows every token the object's first row needs (it is no longer ahead)
     }
 )
 
@@ -65,6 +66,7 @@ EFFECT_NAMES: frozenset[str] = frozenset(
         "free_row",  # an index entry returns its row
         "hold_references",  # an index entry holds every published object it refers to (fires `hold`)
         "drop_references",  # an index entry releases every object it holds (fires `unhold`)
+        "mark_ahead",  # the object holds positions its owner does not know yet: it waits for `verify`
     }
 )
 
@@ -85,6 +87,7 @@ INVARIANT_NAMES: frozenset[str] = frozenset(
         "referenced_objects_indexable",
         "index_closed",
         "live_chains_indexed",
+        "ahead_never_published",
     }
 )
 
@@ -93,6 +96,7 @@ class State(StrEnum):
     """Every state the code names (device objects, disk records, blocks, resume points)."""
 
     FREE = "FREE"
+    AHEAD = "AHEAD"
     RESERVED = "RESERVED"
     FILLING = "FILLING"
     COMPRESSING = "COMPRESSING"
@@ -114,6 +118,8 @@ class Event(StrEnum):
 
     RESERVE = "reserve"
     RESERVE_DRAFT = "reserve_draft"
+    RESERVE_AHEAD = "reserve_ahead"
+    VERIFY = "verify"
     ACCEPT = "accept"
     REJECT = "reject"
     FILL = "fill"

@@ -121,7 +121,7 @@ class DraftRules:
         m: CacheManager = machine.manager
         for pool, pages in m.owned(rid).items():
             states = m.pages(pool, pages).states
-            assert all(s in ("RESERVED", "DRAFT", "FILLING") for s in states), (pool, states)
+            assert all(s in ("AHEAD", "RESERVED", "DRAFT", "FILLING") for s in states), (pool, states)
         before = m.snapshot()
         for call in (lambda: m.allocate(rid, 1), lambda: m.commit(rid, 1), lambda: m.append_tokens(rid, [1])):
             try:

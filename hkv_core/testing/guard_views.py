@@ -31,6 +31,7 @@ class FixedView:
     tail: bool = False  # a live request's chain ends at the block
     point: bool = False  # a KEPT resume point sits on the block
     block: bool = True  # the resume point's block is INDEXED
+    known: bool = True  # the owner knows the tokens the object's first row needs
 
     def slot_available(self) -> bool:
         return self.slot_free
@@ -80,6 +81,9 @@ class FixedView:
     def block_indexed(self) -> bool:
         return self.block
 
+    def tokens_known(self) -> bool:
+        return self.known
+
 
 def permissive() -> FixedView:
     """The answers under which every positive guard passes (free slot, owner, unpinned, unheld, indexed ...)."""
@@ -90,4 +94,4 @@ def refusing() -> FixedView:
     """The opposite answer to every question of `permissive()`."""
     return FixedView(slot_free=False, owner=False, full=False, leased_by_me=True, leases=1, copying=True,
                      durable=False, source_complete=False, dependents=1, held_by=1, rows=0, parent=False,
-                     child_count=1, tail=True, point=True, block=False)
+                     child_count=1, tail=True, point=True, block=False, known=False)

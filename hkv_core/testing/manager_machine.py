@@ -8,7 +8,9 @@ flight for a while, sometimes failing), commit, append_tokens, release,
 evict.  The machine keeps its own model of every request (tokens, computed,
 allocated, acquired, plans in flight) and of what has been committed; it also
 runs speculative steps (hkv_core.testing.draft_rules: propose, something else
-meanwhile, accept or reject) and checks after every step:
+meanwhile, accept or reject) and reserves slots ahead of the known tokens
+(hkv_core.testing.ahead_rules: allocate_ahead, commit past known refused, the
+append that makes them known keeps every page) and checks after every step:
 
 - `check_invariants(manager) == []` (the spec invariants);
 - `request_tokens(rid)` of every live request equals the model;
@@ -80,6 +82,7 @@ from hkv_core.manager import (
 )
 from hkv_core.manager.lanes import ROLE_OF, managed_pools
 from hkv_core.plan import Completion, CopyPages, Plan
+from hkv_core.testing.ahead_rules import AheadRules
 from hkv_core.testing.draft_rules import DraftRules
 from hkv_core.testing.machine_model import Committed, ModelRequest, evictions
 
@@ -150,7 +153,7 @@ def pins_snapshot(manager: CacheManager) -> Snapshot:
     return tuple(out)
 
 
-class ManagerMachine(DraftRules, RuleBasedStateMachine):
+class ManagerMachine(DraftRules, AheadRules, RuleBasedStateMachine):
     """Drives one CacheManager; see the module docstring for what it checks."""
 
     layout_name: ClassVar[str] = "tiny_v4"
@@ -592,7 +595,7 @@ class ManagerMachine(DraftRules, RuleBasedStateMachine):
     @rule(rid=requests, kind=st.integers(0, 3), scaled=st.integers(1, 64))
     def commit(self, rid: int, kind: int, scaled: int) -> None:
         req = self.model[rid]
-        room = req.allocated - req.computed
+        room = min(req.allocated, len(req.tokens)) - req.computed  # slots reserved ahead wait for their tokens
         n = self._chunk(kind, scaled, room)
         before = self.manager.snapshot()
         try:
@@ -704,7 +707,7 @@ class ManagerMachine(DraftRules, RuleBasedStateMachine):
             got = self.manager.request_tokens(rid)
             assert got == (req.computed, req.allocated, len(req.tokens)), \
                 f"request {rid}: (computed, allocated, known) {got}, model {req.computed, req.allocated}"
-            assert req.hit_tokens <= req.computed <= req.allocated <= len(req.tokens)
+            assert req.hit_tokens <= req.computed <= min(req.allocated, len(req.tokens))
             if not req.acquired:
                 self._check_hit(req, self.manager.match(rid))
 

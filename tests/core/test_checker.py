@@ -32,6 +32,12 @@ def test_default_bound_is_clean_and_large() -> None:
     assert result.violations == ()
 
 
+def test_default_bound_fires_every_ahead_event() -> None:
+    """reserve_ahead, writes ahead, append_tokens (the known watermark passing), verify and abort are explored."""
+    fired = set(check(load_lifecycle(), _cfg(requests=1, max_depth=4)).events_fired)
+    assert {"reserve_ahead", "append_tokens", "verify", "abort"} <= fired, sorted(fired)
+
+
 def test_default_bound_fires_every_draft_event() -> None:
     """reserve_draft, writes into a draft, accept and reject are explored like every other event."""
     fired = set(check(load_lifecycle(), _cfg(requests=1, max_depth=4)).events_fired)
@@ -83,6 +89,8 @@ DRAFT_FILL = '{ source = "DRAFT", event = "fill", dest = "DRAFT_FILLING", guards
 DELETE_GUARDS = 'guards = ["unpinned", "no_disk_dependents"]'
 EVICT = 'event = "evict", dest = "FREE", guards = ["unpinned", "unheld"]'
 BLOCK_DROP = 'guards = ["no_children", "not_chain_tail", "no_point"], effects = ["drop_references", '
+VERIFY = '{ source = "AHEAD", event = "verify", dest = "RESERVED", guards = ["is_owner", "tokens_known"], ' \
+         'effects = [] },'
 
 
 @attrs.frozen
@@ -154,6 +162,14 @@ BROKEN = [
            'event = "index", dest = "INDEXED", guards = []', "index_closed", ROOTS),
     Broken("drop a live chain's tail", BLOCK_DROP,
            'guards = ["no_children", "no_point"], effects = ["drop_references", ', "live_chains_indexed", SMALL),
+    # slots reserved ahead of the known tokens
+    Broken("publish a slot reserved ahead", VERIFY, VERIFY + '\n  { source = "AHEAD", event = "publish", '
+           'dest = "PUBLISHED", guards = ["is_owner", "rows_full"], effects = ["clear_owner", "freeze_content"] },',
+           "ahead_never_published", DEEP),
+    Broken("verify before the tokens are known", VERIFY, VERIFY.replace(', "tokens_known"', ""),
+           "ahead_never_published", SMALL),
+    Broken("seal a slot reserved ahead", VERIFY, VERIFY + '\n  { source = "AHEAD", event = "seal", dest = "READY", '
+           'guards = ["is_owner", "has_rows"], effects = ["seal_rows"] },', "ahead_never_published", SMALL),
 ]
 
 

@@ -168,3 +168,47 @@ def test_the_pools_refuse_a_pinned_eviction_on_their_own() -> None:
     assert leased.size, "a request pins the pages it published and still reads"
     with pytest.raises(IllegalTransition, match="unpinned"):
         pools.step(leased[:1], Event.EVICT)
+
+
+AHEAD_STEPS = {f"{kind}.{event}" for kind in ("compressed_kv", "compressor_tail", "swa_window", "indexer_state")
+               for event in ("reserve_ahead", "verify")}
+
+
+def test_default_bound_reserves_ahead_verifies_and_refuses_commits_past_known() -> None:
+    """allocate_ahead, the append_tokens that makes its positions known and the commits after it are explored
+    on every device kind; commits past the known tokens are tried and refused with nothing changed."""
+    result = check_implementation(SMALL)
+    assert result.violations == ()
+    assert set(result.transitions_taken) >= AHEAD_STEPS, sorted(AHEAD_STEPS - set(result.transitions_taken))
+
+
+def test_a_commit_past_the_known_tokens_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Broken variant: commit bounded by the allocated tokens, not the known ones (the manager before
+    allocate_ahead), so slots reserved ahead get committed before their tokens are known.  With 2 positions
+    reserved ahead the commit past known stays inside a block (no key, block or point is due, nothing is
+    published yet): it goes through, and `ahead_never_published` names the request in that state.  (A
+    commit that reached an AHEAD page would be refused by the lifecycle table: no publish edge leaves AHEAD.)"""
+    from hkv_core.manager.manager import CacheManager
+
+    real = CacheManager._count
+
+    def loose(self: CacheManager, req: RequestState, action: str, value: object, room: int) -> int:
+        if action == "commit":
+            room = req.allocated - req.computed
+        return real(self, req, action, value, room)
+
+    monkeypatch.setattr(CacheManager, "_count", loose)
+    found = dict(check_implementation(attrs.evolve(SMALL, ahead_tokens=2, stop_on_violation=True)).violations)
+    assert "ahead_never_published" in found, sorted(found)
+    assert any(step.startswith("commit(") and "past known" in step for step in found["ahead_never_published"])
+
+
+def test_append_that_never_verifies_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Broken variant: append_tokens makes slots reserved ahead known but never verifies them (they stay
+    AHEAD, so the commit after it could never publish them): `ahead_never_published` catches it."""
+    from hkv_core.manager import admit
+
+    monkeypatch.setattr(admit, "verify_known", lambda core, req: None)
+    found = dict(check_implementation(attrs.evolve(SMALL, stop_on_violation=True)).violations)
+    assert "ahead_never_published" in found, sorted(found)
+    assert any(step.startswith("append(") for step in found["ahead_never_published"])

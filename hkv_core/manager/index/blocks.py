@@ -156,4 +156,4 @@ class BlockView:
 
     slot_available = is_owner = rows_full = leased_by_actor = lease_count = copy_pinned = _not_asked
     disk_record_durable = source_set_complete = disk_dependents = holders = rows_written = _not_asked
-    block_indexed = _not_asked
+    block_indexed = tokens_known = _not_asked

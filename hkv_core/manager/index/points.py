@@ -81,4 +81,4 @@ class PointView:
 
     slot_available = is_owner = rows_full = leased_by_actor = lease_count = copy_pinned = _not_asked
     disk_record_durable = source_set_complete = disk_dependents = holders = rows_written = _not_asked
-    parent_indexed = children = chain_tail = has_point = _not_asked
+    parent_indexed = children = chain_tail = has_point = tokens_known = _not_asked
