@@ -12,15 +12,18 @@ from typing import Any
 
 from hkv_vllm.errors import UnsupportedVllmConfig
 
-__all__ = ["HkvKVCacheManager", "Scheduler", "UnsupportedVllmConfig", "layout_from_kv_cache_config"]
+__all__ = ["AsyncScheduler", "HkvKVCacheManager", "Scheduler", "UnsupportedVllmConfig", "layout_from_kv_cache_config"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("Scheduler", "HkvKVCacheManager", "layout_from_kv_cache_config"):
+    if name in ("AsyncScheduler", "Scheduler", "HkvKVCacheManager", "layout_from_kv_cache_config"):
         _require_vllm(name)
     if name == "Scheduler":
         from hkv_vllm.scheduler import Scheduler
         return Scheduler
+    if name == "AsyncScheduler":
+        from hkv_vllm.scheduler import AsyncScheduler
+        return AsyncScheduler
     if name == "HkvKVCacheManager":
         from hkv_vllm.manager import HkvKVCacheManager
         return HkvKVCacheManager

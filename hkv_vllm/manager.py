@@ -122,16 +122,12 @@ class HkvKVCacheManager:
         entry = self._entry(request)
         computed = request.num_computed_tokens + num_new_computed_tokens
         target = min(computed + num_new_tokens + num_lookahead_tokens, self.max_model_len)
-        if target > request.num_tokens:
-            raise UnsupportedVllmConfig(feature="lookahead",
-                                        detail=f"slots for tokens not known yet: {target} tokens asked, "
-                                               f"{request.num_tokens} known (speculative or async scheduling)")
         size = self._block_size
         if (entry.acquired and -(-target // size) <= len(entry.blocks)
-                and request.num_computed_tokens // size <= entry.committed // size):
+                and _written(request) // size <= entry.committed // size):
             return self.empty_kv_cache_blocks  # pages cover it, no block completed: hkv is asked nothing
         self._sync(entry, request)
-        self._commit_to(entry, request.num_computed_tokens)
+        self._commit_to(entry, _written(request))
         hit_pages = self._hit_pages(entry, num_new_computed_tokens)
         watermark = self.watermark_blocks if has_scheduled_reqs and _waiting(request) else 0
         free = self.block_pool.get_num_free_blocks()
@@ -140,9 +136,10 @@ class HkvKVCacheManager:
             return None  # the whole sequence would not fit (reservations constrain only this allocation)
         if self._blocks_needed(entry, target, hit_pages) + watermark > free - reserved_blocks:
             return None
-        # whole pages, as vLLM allocates whole blocks: hkv's allocation runs to the end of the last block
-        return self._allocate(entry, min(entry.known, -(-target // self._block_size) * self._block_size),
-                              hit_pages, num_new_computed_tokens)
+        # whole pages, as vLLM allocates whole blocks: hkv's allocation runs to the end of the last block, past
+        # the known tokens where it must (slots reserved ahead: drafts, lookahead, async scheduling's next token)
+        end = min(-(-target // size) * size, self.hkv.config.max_request_tokens)
+        return self._allocate(entry, end, hit_pages, num_new_computed_tokens)
 
     def _allocate(self, entry: Entry, target: int, hit_pages: list[int], hit_tokens: int) -> Any:
         acquiring = not entry.acquired
@@ -159,7 +156,7 @@ class HkvKVCacheManager:
         if target <= allocated:
             return self.empty_kv_cache_blocks
         try:
-            alloc = self.hkv.allocate(entry.rid, target - allocated)
+            alloc = self.hkv.allocate_ahead(entry.rid, target - allocated)
         except OutOfPages:
             if acquiring:
                 self._forget(entry)
@@ -198,7 +195,7 @@ class HkvKVCacheManager:
             return
         if entry.acquired:
             self._sync(entry, request)
-            self._commit_to(entry, request.num_computed_tokens)
+            self._commit_to(entry, _written(request))
         self._forget(entry)
 
     def pop_blocks_for_free(self, request: Any) -> list[Any]:
@@ -301,9 +298,7 @@ class HkvKVCacheManager:
         if not entry.acquired:
             return
         computed, allocated, known = self.hkv.request_tokens(entry.rid)
-        upto = min(num_computed_tokens, known, len(entry.blocks) * self._block_size)
-        if upto > allocated:
-            self.hkv.allocate(entry.rid, upto - allocated)
+        upto = min(num_computed_tokens, known, allocated)
         if upto > computed:
             self.hkv.commit(entry.rid, upto - computed)
         entry.committed = max(computed, upto)
@@ -314,6 +309,12 @@ class HkvKVCacheManager:
         del self.entries[entry.req_id]
 
 
+def _written(request: Any) -> int:
+    """Tokens whose KV is written: vLLM's computed tokens less those of steps still in flight (async scheduling
+    counts a step's tokens computed when it is scheduled)."""
+    return int(request.num_computed_tokens - request.num_in_flight_tokens)
+
+
 def _waiting(request: Any) -> bool:
     from vllm.v1.request import RequestStatus
 
@@ -322,8 +323,9 @@ def _waiting(request: Any) -> bool:
 
 def _refuse(*, use_eagle: bool, num_prefill_lookahead: int, dcp: int, pcp: int, block_sizes: tuple[int, int]) -> None:
     """UnsupportedVllmConfig for what the adapter does not serve yet, before anything is built."""
-    if use_eagle or num_prefill_lookahead:
-        raise UnsupportedVllmConfig(feature="speculative", detail="EAGLE / prefill lookahead (slots ahead of tokens)")
+    if use_eagle:
+        raise UnsupportedVllmConfig(feature="eagle_block_drop",
+                                    detail="EAGLE's trailing-block drop (a hit shortened by one block)")
     if dcp != 1 or pcp != 1:
         raise UnsupportedVllmConfig(feature="context_parallel", detail=f"context parallelism (dcp {dcp}, pcp {pcp})")
     if block_sizes[0] != block_sizes[1]:

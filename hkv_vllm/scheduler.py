@@ -1,7 +1,8 @@
 """hkv_vllm.Scheduler: vLLM's scheduler with hkv's KV cache manager.
 
 Load it by import path: `vllm serve ... --scheduler-cls hkv_vllm.Scheduler`
-or `LLM(..., scheduler_cls="hkv_vllm.Scheduler")`.  vLLM's scheduler builds
+or `LLM(..., scheduler_cls="hkv_vllm.Scheduler")`; with `--async-scheduling`,
+`hkv_vllm.AsyncScheduler`.  vLLM's scheduler builds
 its manager itself from a module-level name; this subclass builds it with
 that name bound to `HkvKVCacheManager` (same arguments), under a lock, and
 everything else is vLLM's own scheduling.
@@ -14,6 +15,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from vllm.v1.core.sched import async_scheduler as vllm_async
 from vllm.v1.core.sched import scheduler as vllm_scheduler
 
 from hkv_vllm.errors import UnsupportedVllmConfig
@@ -43,14 +45,17 @@ class Scheduler(vllm_scheduler.Scheduler):
             super().__init__(*args, **kwargs)
 
 
+class AsyncScheduler(vllm_async.AsyncScheduler):
+    """vLLM's async scheduler (`--async-scheduling`) whose `kv_cache_manager` is an `HkvKVCacheManager`: each
+    step's slots are reserved ahead of the token the step before it has not sampled yet."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        refuse_unserved(kwargs["vllm_config"] if "vllm_config" in kwargs else args[0])
+        with manager_class(HkvKVCacheManager):
+            super().__init__(*args, **kwargs)
+
+
 def refuse_unserved(vllm_config: Any) -> None:
-    """UnsupportedVllmConfig, before anything is built, for what the adapter does not serve yet: slots for
-    tokens not known yet (speculative decoding, async scheduling) and KV connectors."""
-    if vllm_config.speculative_config is not None:
-        raise UnsupportedVllmConfig(feature="speculative_config",
-                                    detail="speculative decoding (slots reserved ahead of draft tokens)")
-    if vllm_config.scheduler_config.async_scheduling:
-        raise UnsupportedVllmConfig(feature="async_scheduling",
-                                    detail="async scheduling (slots reserved ahead of tokens not sampled yet)")
+    """UnsupportedVllmConfig, before anything is built, for what the adapter does not serve yet: KV connectors."""
     if vllm_config.kv_transfer_config is not None:
         raise UnsupportedVllmConfig(feature="kv_transfer_config", detail="KV connectors (external KV)")

@@ -27,7 +27,8 @@ import attrs
 from hkv_vllm.suite.hub_cache import write_hub_cache
 from hkv_vllm.suite.results import Comparison, compare, read_junit
 
-TEST_FILES = ("test_scheduler.py", "test_prefix_caching.py", "test_prefix_replay.py")  # in the release's v1/core
+TEST_FILES = ("test_scheduler.py", "test_async_scheduler.py", "test_prefix_caching.py",  # in the release's v1/core
+              "test_prefix_replay.py")
 PLUGIN = "hkv_vllm.suite.plugin"
 
 

@@ -84,7 +84,7 @@ def test_no_block_beside_the_null_block_is_refused():
     assert err.value.feature == "num_blocks"
 
 
-@pytest.mark.parametrize("kwargs", [dict(use_eagle=True), dict(num_prefill_lookahead=2), dict(dcp_world_size=2),
+@pytest.mark.parametrize("kwargs", [dict(use_eagle=True), dict(dcp_world_size=2),
                                     dict(hash_block_size=8)])
 def test_unserved_manager_options_are_refused(kwargs):
     from hkv_vllm import UnsupportedVllmConfig
@@ -95,25 +95,18 @@ def test_unserved_manager_options_are_refused(kwargs):
         HkvKVCacheManager(kv_config(full()), **args)
 
 
-def test_the_scheduler_refuses_speculative_and_async_configs_before_building():
-    from vllm.config import SpeculativeConfig
-
+def test_the_scheduler_refuses_a_kv_connector_before_building():
     import hkv_vllm
     from hkv_vllm.drive import build_scheduler
 
-    stock = build_scheduler(hkv_vllm.Scheduler, num_blocks=64)
-    config = stock.vllm_config
-    config.scheduler_config.async_scheduling = True
-    with pytest.raises(hkv_vllm.UnsupportedVllmConfig) as err:
-        hkv_vllm.Scheduler(vllm_config=config, kv_cache_config=stock.kv_cache_config, block_size=16,
-                           structured_output_manager=stock.structured_output_manager)
-    assert err.value.feature == "async_scheduling"
-    config.scheduler_config.async_scheduling = False
-    config.speculative_config = SpeculativeConfig(model="ngram", num_speculative_tokens=2)
-    with pytest.raises(hkv_vllm.UnsupportedVllmConfig) as err:
-        hkv_vllm.Scheduler(vllm_config=config, kv_cache_config=stock.kv_cache_config, block_size=16,
-                           structured_output_manager=stock.structured_output_manager)
-    assert err.value.feature == "speculative_config"
+    built = build_scheduler(hkv_vllm.Scheduler, num_blocks=64)
+    config = built.vllm_config
+    config.kv_transfer_config = object()  # any connector configuration
+    for cls in (hkv_vllm.Scheduler, hkv_vllm.AsyncScheduler):
+        with pytest.raises(hkv_vllm.UnsupportedVllmConfig) as err:
+            cls(vllm_config=config, kv_cache_config=built.kv_cache_config, block_size=16,
+                structured_output_manager=built.structured_output_manager)
+        assert err.value.feature == "kv_transfer_config"
 
 
 def serve(m, request, num_computed=None):
@@ -208,16 +201,26 @@ def test_reset_prefix_cache_refuses_while_a_request_holds_blocks():
     assert m.get_computed_blocks(make_request("b", list(range(40)), max_tokens=1))[1] == 0
 
 
-def test_lookahead_past_the_known_tokens_is_refused_by_name():
-    from hkv_vllm import UnsupportedVllmConfig
+def test_slots_ahead_of_the_known_tokens_are_served_only_once_verified_and_written():
+    """Lookahead (drafts, async scheduling's next token): blocks for positions not known yet, in hkv AHEAD
+    objects; a second request hits only what is known and computed."""
     from hkv_vllm.drive import make_request
 
     m = manager()
-    r = make_request("a", list(range(20)), max_tokens=4)
+    r = make_request("a", list(range(30)), max_tokens=8)
     m.get_computed_blocks(r)
-    with pytest.raises(UnsupportedVllmConfig) as err:
-        m.allocate_slots(r, 20, num_lookahead_tokens=3)
-    assert err.value.feature == "lookahead"
+    got = m.allocate_slots(r, 30, num_lookahead_tokens=4)  # positions 0..33: three blocks, 34 > 30 known
+    assert len(got.blocks[0]) == 3
+    assert m.hkv.request_tokens(m.entries["a"].rid) == (0, 48, 30)  # hkv: whole blocks, 18 positions ahead
+    r.num_computed_tokens = 30
+    for token in (100, 101, 102):  # the step verified three tokens
+        r.append_output_token_ids(token)
+    r.num_computed_tokens = 33
+    assert m.allocate_slots(r, 1, num_lookahead_tokens=4).blocks == ((),)  # still inside the blocks it holds
+    m.cache_blocks(r, 33)
+    probe = make_request("b", list(range(30)) + [100, 101, 102, 7, 7], max_tokens=1)
+    assert m.get_computed_blocks(probe)[1] == 32  # two whole blocks of known, written tokens; never position 33+
+    m.free(r)
 
 
 @pytest.mark.parametrize(("reserved", "fits"), [(4, True), (10, False)])
