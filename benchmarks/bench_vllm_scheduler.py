@@ -39,6 +39,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 TRACE = ROOT.parent / "shared" / "traces" / "mooncake_synthetic_trace.jsonl"
 BLOCK = 16
 TRACE_BLOCK = 512  # tokens per hash id in the Mooncake trace
@@ -156,11 +157,15 @@ def summarize(runs: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
 
 
 def report(results: dict[str, Any], args: argparse.Namespace) -> None:
+    from bench_manager import code_version
+
+    stored = {"commit": code_version("hkv_core", "hkv_vllm"), "repeats": args.repeats, "workloads": results}
     if args.json_out:
-        args.json_out.write_text(json.dumps(results, indent=1) + "\n")
+        args.json_out.write_text(json.dumps(stored, indent=1) + "\n")
     if args.json:
-        print(json.dumps(results, indent=1))
+        print(json.dumps(stored, indent=1))
         return
+    print(f"code: {stored['commit']}")
     print(f"{'workload':<8} {'stock us/step':>14} {'hkv us/step':>12} {'hkv/stock':>10} {'stock us/req':>13} "
           f"{'hkv us/req':>11} {'+ building':>11} {'hkv/stock':>10} {'cached tokens stock / hkv':>26}")
     for name, r in results.items():

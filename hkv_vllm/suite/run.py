@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 
     src, out = args.tests.resolve(), args.out.resolve()
     if not (src / "tests" / "v1" / "core").is_dir():
-        parser.error(f"{src} holds no tests/v1/core (run scripts/vllm_sources.sh)")
+        parser.error(f"{src} holds no vLLM tests (v1/core under tests; run scripts/vllm_sources.sh)")
     out.mkdir(parents=True, exist_ok=True)
     write_hub_cache(out / "hub")
     stock, hkv = (read_junit(run_pytest(src, out, mode)) for mode in ("stock", "hkv"))

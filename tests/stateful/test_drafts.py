@@ -250,7 +250,7 @@ def test_invariants_catch_a_step_that_keeps_its_index_rows(monkeypatch: pytest.M
 
 def _machine_fails(monkeypatch: pytest.MonkeyPatch, symptom: str) -> None:
     machine = make_manager_machine("tiny_v4", default_pool_pages=48, retain_every_blocks=1)
-    quick = settings(max_examples=300, stateful_step_count=30, database=None, phases=[Phase.generate],
+    quick = settings(max_examples=800, stateful_step_count=30, database=None, phases=[Phase.generate],
                      report_multiple_bugs=False, print_blob=False, derandomize=True)
     with pytest.raises(Exception, match=symptom):
         run_state_machine_as_test(machine, settings=quick)
