@@ -26,6 +26,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from hkv_vllm.e2e_compare import compare
 from hkv_vllm.e2e_report import print_report
+from hkv_vllm.e2e_run import DTYPES
 from hkv_vllm.e2e_workload import Workload
 from hkv_vllm.tiny_model import write_tiny_llama
 
@@ -38,13 +39,13 @@ class EngineFailed(RuntimeError):
     """An engine process exited non-zero; its log is named."""
 
 
-def _start(mode: str, w: Workload, model: Path, out: Path) -> subprocess.Popen[bytes]:
+def _start(mode: str, w: Workload, model: Path, out: Path, dtype: str) -> subprocess.Popen[bytes]:
     root = str(Path(__file__).resolve().parent.parent)
     path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))  # this checkout's hkv_vllm first
     env = {**os.environ, **ENGINE_ENV, "PYTHONPATH": path}
     cmd = [sys.executable, "-m", "hkv_vllm.e2e_run", "--mode", mode, "--model", str(model),
            "--result", str(out / f"{mode}.json"), "--progress", str(out / f"{mode}.progress"),
-           "--workload", json.dumps(asdict(w))]
+           "--workload", json.dumps(asdict(w)), "--dtype", dtype]
     (out / f"{mode}.progress").write_text(json.dumps({"done": 0, "total": w.turns + 1, "phase": "starting Python"}))
     with open(out / f"{mode}.log", "wb") as log:
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -58,9 +59,9 @@ def _read_progress(path: Path) -> dict[str, Any]:
         return {}
 
 
-def run_engines(w: Workload, model: Path, out: Path, console: Console) -> dict[str, dict[str, Any]]:
+def run_engines(w: Workload, model: Path, out: Path, console: Console, dtype: str) -> dict[str, dict[str, Any]]:
     """Both engines at once, a progress bar each (engine start, then one step per turn) on `console`."""
-    procs = {mode: _start(mode, w, model, out) for mode in MODES}
+    procs = {mode: _start(mode, w, model, out, dtype) for mode in MODES}
     columns = (TextColumn("{task.fields[mode]:>5}"), BarColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as bar:
         tasks = {m: bar.add_task("starting Python", total=w.turns + 1, mode=m) for m in MODES}
@@ -81,11 +82,11 @@ def run_engines(w: Workload, model: Path, out: Path, console: Console) -> dict[s
     return {mode: json.loads((out / f"{mode}.json").read_text()) for mode in MODES}
 
 
-def run(out: Path, w: Workload, console: Console) -> dict[str, Any]:
+def run(out: Path, w: Workload, console: Console, dtype: str = DTYPES[0]) -> dict[str, Any]:
     started = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
     model = write_tiny_llama(out / "tiny-llama", seed=w.seed)
-    results = run_engines(w, model, out, console)
+    results = run_engines(w, model, out, console, dtype)
     report = compare(results["hkv"], results["stock"])
     report |= {"wall_s": round(time.monotonic() - started, 1), "out": str(out),
                "trace": str(out / "hkv.trace.jsonl"), "model": str(model)}
@@ -99,11 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     ap.add_argument("--quick", action="store_true", help="a smaller workload (3 users, 3 turns)")
     ap.add_argument("--seed", type=int, default=0, help="model and workload seed")
+    ap.add_argument("--dtype", choices=DTYPES, default=DTYPES[0], help="the model's dtype in both engines")
     ns = ap.parse_args(argv)
     w = Workload.quick() if ns.quick else Workload()
     w = Workload(**(asdict(w) | {"seed": ns.seed}))
     try:
-        report = run(ns.out, w, Console(stderr=True))
+        report = run(ns.out, w, Console(stderr=True), ns.dtype)
     except EngineFailed as err:
         print(f"hkv_vllm.e2e: {err}", file=sys.stderr)
         return 1

@@ -20,14 +20,15 @@ from typing import Any
 from hkv_vllm.e2e_workload import Workload, next_prompts, trace_records, write_trace
 
 BLOCK_SIZE = 32  # vLLM's CPU attention takes multiples of 32
+DTYPES = ("float32", "bfloat16")
 
 
-def engine_args(w: Workload, mode: str, model: Path) -> dict[str, Any]:
+def engine_args(w: Workload, mode: str, model: Path, dtype: str = "float32") -> dict[str, Any]:
     """LLM(...) arguments: a cache of fewer blocks than the users' chats need at once (block 0 is vLLM's null block)."""
     longest = w.system_tokens + w.turns * w.message_tokens + w.turns * w.answer_tokens
     blocks = -(-longest // BLOCK_SIZE) + 2
     hkv = mode == "hkv"
-    return dict(model=str(model), tokenizer=str(model), dtype="float32", seed=0, enforce_eager=True,
+    return dict(model=str(model), tokenizer=str(model), dtype=dtype, seed=0, enforce_eager=True,
                 block_size=BLOCK_SIZE, num_gpu_blocks_override=blocks, max_model_len=(blocks - 1) * BLOCK_SIZE,
                 max_num_seqs=w.users, max_num_batched_tokens=2 * BLOCK_SIZE, enable_prefix_caching=hkv,
                 scheduler_cls="hkv_vllm.Scheduler" if hkv else None)
@@ -54,13 +55,13 @@ def _count_preemptions(scheduler: Any) -> list[int]:
     return count
 
 
-def serve(w: Workload, mode: str, model: Path, progress: Path) -> dict[str, Any]:
+def serve(w: Workload, mode: str, model: Path, progress: Path, dtype: str) -> dict[str, Any]:
     _progress(progress, 0, w.turns + 1, "starting the engine")
     start = time.monotonic()
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    args = engine_args(w, mode, model)
+    args = engine_args(w, mode, model, dtype)
     llm = LLM(**{k: v for k, v in args.items() if v is not None})
     started = time.monotonic()
     scheduler = llm.llm_engine.engine_core.engine_core.scheduler
@@ -95,9 +96,10 @@ def main() -> None:
     ap.add_argument("--result", type=Path, required=True)
     ap.add_argument("--progress", type=Path, required=True)
     ap.add_argument("--workload", required=True, help="the Workload as JSON")
+    ap.add_argument("--dtype", choices=DTYPES, default=DTYPES[0])
     ns = ap.parse_args()
     w = Workload(**json.loads(ns.workload))
-    result = serve(w, ns.mode, ns.model, ns.progress) | {"workload": asdict(w)}
+    result = serve(w, ns.mode, ns.model, ns.progress, ns.dtype) | {"workload": asdict(w)}
     ns.result.write_text(json.dumps(result))
     rows = result["rows"]
     write_trace(trace_records([r["prompt"] for r in rows], [len(r["tokens"]) for r in rows],
