@@ -20,7 +20,7 @@ block_sizes = st.sampled_from([1, 2, 3, 4, 16])
 seeds = st.integers(min_value=0, max_value=2**64 - 1)
 token_lists = st.lists(st.integers(min_value=0, max_value=TOKEN_LIMIT - 1), max_size=80)
 salts = st.none() | st.text(max_size=6)
-lora_ids = st.none() | st.text(max_size=4) | st.integers(min_value=0, max_value=2**64 - 1)  # the range add_request takes
+lora_ids = st.none() | st.text(max_size=4) | st.integers(min_value=0, max_value=2**64 - 1)  # add_request's range
 mm_items = st.lists(st.tuples(st.integers(min_value=0, max_value=90), st.binary(min_size=1, max_size=8)),
                     max_size=4)
 extras = st.builds(ExtraKeys, cache_salt=salts, lora_id=lora_ids, mm_keys=mm_items)
