@@ -16,8 +16,8 @@ from backends import BACKENDS
 from hkv_core.errors import GraphAddressChanged, HkvError
 from hkv_core.plan import FillPages, LoadRecord, Plan, StoreRecord
 from hkv_exec_cuda import CudaExecutor
-from hkv_exec_cuda.decode_step import DecodeReads, attention_from_state, random_queries
 from hkv_exec_ref import Engine
+from tests.differential.graph_decode_step import DecodeReads, attention_from_state, random_queries
 
 PROMPT_TOKENS = 70
 P = 64  # a retained boundary; (P + 1) % r != 0 for r = 4 and 8: the query's own block is still open
