@@ -23,6 +23,7 @@ import attrs
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from hkv_core import executor_checks as _checks
 from hkv_core.errors import InvalidArgument, MissingDependency, NoDevice, UnknownPool
 from hkv_core.executor import (
     PlanAuthority,
@@ -34,11 +35,10 @@ from hkv_core.executor import (
     checked_max_bytes,
     device_estimate,
 )
+from hkv_core.executor_tally import NUMPY_DTYPES, Tally, pages_moved
 from hkv_core.plan import Checksum, Completion, CopyPages, FillPages, LoadRecord, Plan, StoreRecord, page_digest
 from hkv_exec_cuda.backend import Backend, Event, cupy_backend
 from hkv_exec_cuda.pinned import PinnedArrays
-from hkv_exec_ref import _checks
-from hkv_exec_ref.executor import NUMPY_DTYPES, Tally, pages_moved
 
 __all__ = ["DEFAULT_STAGING_BYTES", "CudaExecutor", "PendingPlan"]
 

@@ -15,6 +15,7 @@ import attrs
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from hkv_core import executor_checks as _checks
 from hkv_core.errors import InvalidArgument, MissingDependency, UnknownPool
 from hkv_core.executor import (
     PlanAuthority,
@@ -27,14 +28,12 @@ from hkv_core.executor import (
     checked_max_bytes,
     device_estimate,
 )
-from hkv_core.plan import Checksum, Completion, CopyPages, FillPages, LoadRecord, Op, Plan, StoreRecord, page_digest
-from hkv_exec_ref import _checks
-from hkv_exec_ref._checks import bf16_bits
+from hkv_core.executor_checks import bf16_bits
+from hkv_core.executor_tally import NUMPY_DTYPES, Tally, pages_moved
+from hkv_core.plan import Checksum, Completion, CopyPages, FillPages, LoadRecord, Plan, StoreRecord, page_digest
 
 __all__ = ["NUMPY_DTYPES", "HostRecord", "RefExecutor", "Tally", "bf16_bits", "pages_moved"]
 
-# bf16 has no NumPy dtype: its bytes are kept as uint16 (the executor only moves bytes).
-NUMPY_DTYPES: dict[str, type[np.generic]] = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16}
 
 
 @attrs.define
@@ -43,18 +42,6 @@ class HostRecord:
 
     pool: str
     pages: NDArray[Any]  # (n, layers, entries_per_page, *entry_shape)
-
-
-@attrs.define
-class Tally:
-    """Running totals over every plan and every read / write."""
-
-    plans: int = 0
-    ops: int = 0
-    pages_moved: int = 0
-    entries_copied: int = 0
-    entries_read: int = 0
-    entries_written: int = 0
 
 
 class RefExecutor:
@@ -247,9 +234,6 @@ def _address(array: NDArray[Any]) -> int:
     return int(array.__array_interface__["data"][0])
 
 
-def pages_moved(op: Op) -> int:
-    """Pages whose bytes an op moves (a copy of 0 entries moves none; a checksum only reads)."""
-    return 0 if isinstance(op, Checksum) else (int(op.entries > 0) if isinstance(op, CopyPages) else len(op.pages))
 
 
 _RUNNERS: dict[type, Callable[[RefExecutor, Any], Any]] = {

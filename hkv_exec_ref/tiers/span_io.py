@@ -32,9 +32,9 @@ from numpy.typing import NDArray
 
 from hkv_core import units
 from hkv_core.executor import Executor, Run
+from hkv_core.executor_tally import NUMPY_DTYPES
 from hkv_core.layout import EntryKind, Layout, PoolSpec
 from hkv_core.manager import Allocation
-from hkv_exec_ref.executor import NUMPY_DTYPES
 
 Arrays = dict[str, NDArray[Any]]  # pool name -> (n, layers, *entry_shape)
 BLOCK, POINT = "block_entries", "resume_point"  # the two record kinds (the record header's `kind`)

@@ -125,3 +125,14 @@ def test_role_scan_sees_a_new_mention(tmp_path: Path) -> None:
     (package / "manager" / "verb.py").write_text("if pool.spec.role is PoolRole.WINDOW:\n    pass\n")
     (package / "manager" / "other.py").write_text("from hkv_core.manager.lanes import PoolRole\n")
     assert mentions_of_pool_roles(package) == {"hkv_core/manager/verb.py"}
+
+
+def test_the_cuda_executor_stands_on_hkv_core_alone() -> None:
+    """Production code of hkv_exec_cuda imports hkv_core, never the reference package."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, hkv_exec_cuda, hkv_exec_cuda.executor, hkv_exec_cuda.graph, hkv_exec_cuda.backend; "
+             "print(sorted(m for m in sys.modules if m.startswith('hkv_exec_ref')))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]", out

@@ -18,6 +18,8 @@ from hkv_core.errors import InvalidArgument, InvalidExecutorState
 from hkv_core.executor import PoolBinding, Run
 from hkv_core.units import NULL_PAGE
 
+__all__ = ["bf16_bits", "check_bind", "check_bound", "ids", "layer", "pages", "rows", "runs", "slots", "values"]
+
 Shape = tuple[int, ...]
 
 BIND_FIRST = "no pools are bound yet: call bind(manager.bindings(), manager) first"
