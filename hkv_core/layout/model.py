@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Mapping
+import reprlib
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 
 from hkv_core.errors import ConfigError
+from hkv_core.layout.bounds import WINDOW_TOKENS_MAX
 from hkv_core.layout.build import build_groups, build_pools
-from hkv_core.layout.config import parse_config
+from hkv_core.layout.config import ModelConfig, parse_config
 from hkv_core.layout.hf_source import config_mapping
 from hkv_core.layout.kinds import ObjectKind
 from hkv_core.layout.presets import load_preset_config
@@ -89,11 +91,41 @@ class Layout:
                 raise ConfigError(f"must be a non-empty str{' or None' if key == 'source' else ''}, {got}",
                                   source="Layout.from_hf_config", key=key)
         mapping = config_mapping(config, source or name)
-        cfg = parse_config(mapping, name=name, source=source or name, block_tokens=block_tokens)
+        return cls._from_model_config(parse_config(mapping, name=name, source=source or name,
+                                                   block_tokens=block_tokens))
+
+    @classmethod
+    def from_layer_windows(cls, config: Mapping[str, Any], layer_windows: Sequence[int], *, name: str,
+                           source: str | None = None) -> Layout:
+        """A standard-family layout whose layers' sliding windows are given one per layer (0: full attention),
+        as an engine lays out a model whose sliding layers differ in window (vLLM's KV cache groups).
+
+        `config` is read as by `from_hf_config` and must be a `gpt_oss` config (its `layer_types` and
+        `sliding_window` describe the layers); `layer_windows` then sets each main layer's window: one entry
+        per layer, 0 exactly where `layer_types` says full attention, else in [2, the limit of
+        `sliding_window`] (ConfigError, key `layer_windows`)."""
+        layout = cls.from_hf_config(config, name=name, source=source)
+        where = source or name
+        windows = tuple(layer_windows)
+        kinds = tuple(w > 0 for w in layout_windows(layout))
+        if (layout.model_type != "gpt_oss" or len(windows) != layout.main_layers
+                or any(type(w) is not int or w == 1 or not 0 <= w <= WINDOW_TOKENS_MAX for w in windows)
+                or tuple(w > 0 for w in windows) != kinds):
+            raise ConfigError(f"must list one window per main layer ({layout.main_layers}), 0 exactly at the "
+                              f"full-attention layers of a gpt_oss config and else in [2, {WINDOW_TOKENS_MAX}]; "
+                              f"got {reprlib.repr(windows)} for a {layout.model_type!r} config",
+                              source=where, key="layer_windows")
+        cfg = parse_config(config_mapping(config, where), name=name, source=where)
+        geometry = attrs.evolve(cfg.geometry, window_tokens=max(windows),
+                                layer_windows=windows + cfg.geometry.layer_windows[len(windows):])
+        return cls._from_model_config(attrs.evolve(cfg, geometry=geometry))
+
+    @classmethod
+    def _from_model_config(cls, cfg: ModelConfig) -> Layout:
         groups, mtp_groups = build_groups(cfg, draft=False), build_groups(cfg, draft=True)
         g = cfg.geometry
         return cls(
-            name=name, source=cfg.source, model_type=cfg.model_type, family=g.family.value,
+            name=cfg.name, source=cfg.source, model_type=cfg.model_type, family=g.family.value,
             main_layers=cfg.main_layers,
             mtp_layers=cfg.mtp_layers, hidden_size=cfg.hidden_size,
             num_attention_heads=cfg.num_attention_heads, num_key_value_heads=g.num_key_value_heads,
@@ -167,3 +199,12 @@ class Layout:
         bounded size of one resume point (see ``resume_requirements``).
         """
         return sum(p.bytes_per_token for p in self.pools if p.object_kind is object_kind)
+
+
+def layout_windows(layout: Layout) -> tuple[int, ...]:
+    """The sliding window of each main layer (0: none), in layer order."""
+    windows = dict.fromkeys(range(layout.main_layers), 0)
+    for group in layout.groups:
+        for layer in group.layer_ids:
+            windows[layer] = group.window_tokens
+    return tuple(windows[i] for i in range(layout.main_layers))

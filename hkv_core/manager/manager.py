@@ -144,12 +144,17 @@ class CacheManager:
         admit.append_tokens(self.core, req, tokens)
 
     @_locked
-    def match(self, rid: int) -> Hit:
-        """The longest safe resume point for the request, with the verdict of every layer."""
+    def match(self, rid: int, *, max_tokens: int | None = None) -> Hit:
+        """The longest safe resume point for the request, with the verdict of every layer; with `max_tokens`,
+        the longest at or below it (an engine that recomputes the last block, as EAGLE drafting needs).
+        InvalidRequestArgument for a `max_tokens` that is not an int >= 0 (nothing changed)."""
         req = self._request(rid, "match")
         if req.acquired:
             raise InvalidRequestState(request_id=rid, action="match", reason=self._acquired_why(req))
-        return match.match(self.core, req)
+        if max_tokens is not None and (type(max_tokens) is not int or max_tokens < 0):
+            raise InvalidRequestArgument(request_id=rid, action="match", argument="max_tokens", value=max_tokens,
+                                         reason="must be None or an int >= 0")
+        return match.match(self.core, req, max_tokens)
 
     @_locked
     def acquire(self, rid: int, found: Hit) -> None:

@@ -33,10 +33,18 @@ from hkv_core.manager.roles import Condition
 Index = NDArray[np.intp]
 
 
-def matched_blocks(core: Core, req: RequestState) -> tuple[NDArray[np.int32], list[Reason]]:
-    """Block ids of the longest chain of indexed blocks, and the whole-block reason if any."""
+def matched_blocks(core: Core, req: RequestState,
+                   max_tokens: int | None = None) -> tuple[NDArray[np.int32], list[Reason]]:
+    """Block ids of the longest chain of indexed blocks (of at most `max_tokens` tokens), and the whole-block
+    reason if any."""
     total = len(req.tokens)
     limit = (total - 1) // core.block_tokens if total else 0
+    if max_tokens is not None and max_tokens // core.block_tokens < limit:
+        limit = max_tokens // core.block_tokens
+        ids = core.index.matched(req.keys[:limit])
+        asked = Reason(layer="whole_block", code="MAX_TOKENS",
+                       detail=f"the engine asked for a hit of at most {max_tokens} tokens")
+        return ids, [asked] if len(ids) == limit else []
     ids = core.index.matched(req.keys[:limit])
     reasons = []
     if len(ids) == limit and limit * core.block_tokens < total and limit > 0:
@@ -130,9 +138,9 @@ def whole_chain_usable(core: Core, ids: NDArray[np.int32]) -> list[Index] | None
     return objs if all_true(np.concatenate(objs) != NULL_OBJECT) else None
 
 
-def match(core: Core, req: RequestState) -> Hit:
-    """Validate the request's longest cached prefix through all four layers."""
-    ids, reasons = matched_blocks(core, req)
+def match(core: Core, req: RequestState, max_tokens: int | None = None) -> Hit:
+    """Validate the request's longest cached prefix (of at most `max_tokens` tokens) through all four layers."""
+    ids, reasons = matched_blocks(core, req, max_tokens)
     candidate = len(ids) * core.block_tokens
     objs = whole_chain_usable(core, ids)
     if objs is None:

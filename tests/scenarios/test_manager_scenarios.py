@@ -242,6 +242,28 @@ def test_a_plain_prefix_hit_on_llama_full() -> None:
     assert check_invariants(m) == []
 
 
+def scenario_max_tokens() -> Outcome:
+    """llama_full: A computes 40 tokens; B asks for a hit of at most 20 of the 32 tokens it shares with A."""
+    m = CacheManager(llama(), ManagerConfig(default_pool_pages=16, key_seed=1))
+    out = Outcome(m)
+    a = np.arange(100, 140, dtype=np.int64)
+    compute(m, a)
+    out.rids["B"] = rid = m.add_request(np.concatenate([a[:32], fresh(18)]))
+    out.hits["B"] = m.match(rid, max_tokens=20)
+    m.acquire(rid, out.hits["B"])
+    out.notes["B acquired"] = m.request_tokens(rid)
+    return out
+
+
+def test_a_hit_bounded_by_max_tokens() -> None:
+    out = scenario_max_tokens()
+    hit = out.hits["B"]
+    assert (hit.tokens, hit.candidate_tokens, hit.codes) == (16, 16, ("MAX_TOKENS", "LCM_BOUNDARY"))
+    assert hit.pages["full.compressed_kv"].tolist() == [1]
+    assert out.notes["B acquired"] == (16, 16, 50)
+    assert check_invariants(out.m) == []
+
+
 # ----------------------------------------------------------------------------- (b) window slid past
 
 
@@ -1096,7 +1118,7 @@ SCENARIOS: tuple[Callable[[], Outcome], ...] = (
     scenario_isolation, scenario_failed_allocation_with_hit, scenario_stale_lease, scenario_abi_mismatch,
     scenario_misaligned_page, scenario_partial_block, scenario_compressed_missing, scenario_indexer_missing,
     scenario_tail_missing, scenario_eviction_order, scenario_shared_window_pages, scenario_prompt_end_inside_a_page,
-    scenario_lcm_points_only, scenario_swa_full_match_agrees_with_acquire)
+    scenario_lcm_points_only, scenario_swa_full_match_agrees_with_acquire, scenario_max_tokens)
 
 
 @pytest.mark.parametrize("layout", [tiny, flash16, llama])
