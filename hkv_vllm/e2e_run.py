@@ -26,10 +26,12 @@ DTYPES = ("float32", "bfloat16")
 def engine_args(w: Workload, mode: str, model: Path, dtype: str = "float32") -> dict[str, Any]:
     """LLM(...) arguments: a cache of fewer blocks than the users' chats need at once (block 0 is vLLM's null block)."""
     longest = w.system_tokens + w.turns * w.message_tokens + w.turns * w.answer_tokens
-    blocks = -(-longest // BLOCK_SIZE) + 2
+    per_group = -(-longest // BLOCK_SIZE) + 1
+    groups = 2 if w.sliding_window else 1  # hkv splits the blocks evenly between vLLM's groups (docs/vllm.md)
     hkv = mode == "hkv"
     return dict(model=str(model), tokenizer=str(model), dtype=dtype, seed=0, enforce_eager=True,
-                block_size=BLOCK_SIZE, num_gpu_blocks_override=blocks, max_model_len=(blocks - 1) * BLOCK_SIZE,
+                block_size=BLOCK_SIZE, num_gpu_blocks_override=groups * per_group + 1,
+                max_model_len=per_group * BLOCK_SIZE,
                 max_num_seqs=w.users, max_num_batched_tokens=2 * BLOCK_SIZE, enable_prefix_caching=hkv,
                 scheduler_cls="hkv_vllm.Scheduler" if hkv else None)
 
@@ -58,8 +60,11 @@ def _count_preemptions(scheduler: Any) -> list[int]:
 def scramble_kv(llm: Any) -> None:
     """The fault `stale-kv`: negate every KV block of every layer, so every later hit reads KV that is not
     what the cache published (what a cache serving the wrong or stale pages would do)."""
+    negated: set[int] = set()
     for kv in llm.llm_engine.model_executor.driver_worker.worker.model_runner.kv_caches:
-        kv.neg_()
+        if kv.data_ptr() not in negated:  # vLLM's KV cache groups share one tensor per layer position: once each
+            negated.add(kv.data_ptr())
+            kv.neg_()
 
 
 def serve(w: Workload, mode: str, model: Path, progress: Path, dtype: str, fault: bool = False) -> dict[str, Any]:
@@ -92,10 +97,18 @@ def serve(w: Workload, mode: str, model: Path, progress: Path, dtype: str, fault
     manager = scheduler.kv_cache_manager
     hkv_stats = dict(manager.hkv.stats) if hasattr(manager, "hkv") else {}
     _progress(progress, w.turns + 1, w.turns + 1, "done")
+    groups = [_group_name(g.kv_cache_spec) for g in scheduler.kv_cache_config.kv_cache_groups]
     return {"mode": mode, "manager": type(manager).__name__, "scheduler": type(scheduler).__name__,
+            "kv_cache_groups": groups,
             "engine": {k: v for k, v in args.items() if k not in ("model", "tokenizer")},
             "rows": rows, "fault": fault, "preemptions": preemptions[0], "hkv_stats": hkv_stats,
             "engine_start_s": round(started - start, 1), "serve_s": round(done - started, 1)}
+
+
+def _group_name(spec: Any) -> str:
+    """A KV cache group's spec as the report names it: its class, and its window when it slides."""
+    window = getattr(spec, "sliding_window", None)
+    return type(spec).__name__ + (f"({window} tokens)" if window else "")
 
 
 def main() -> None:

@@ -24,6 +24,7 @@ class Workload:
     message_tokens: int = 40
     answer_tokens: int = 40
     seed: int = 0
+    sliding_window: int = 0  # > 0: the model's first layer attends to a window of this many tokens (a hybrid)
 
     @classmethod
     def quick(cls) -> Workload:

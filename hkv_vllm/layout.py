@@ -1,17 +1,26 @@
-"""vLLM's KVCacheConfig as an hkv Layout: one hkv page pool per vLLM KV cache group.
+"""vLLM's KVCacheConfig as an hkv Layout: vLLM's KV cache groups as hkv layer groups and pools.
 
 vLLM lays a model's layers out in `kv_cache_groups`, each with one
-`KVCacheSpec` (block size, KV heads, head size, dtype) and one block table
-per request; every group draws its block ids from one shared pool of
-`num_blocks` (block 0 is vLLM's null block).  The adapter builds an hkv
-Layout whose pools are those groups, with one hkv page per vLLM block
-(`tokens_per_page == block_size`), and splits vLLM's block ids between the
-pools: pool g holds the ids `offset[g] + 1 .. offset[g] + pages[g]`, and hkv's
-page p of pool g is vLLM block `offset[g] + p` (hkv's NULL page 0 is vLLM's
-null block 0).
+`KVCacheSpec` (block size, KV heads, head size, dtype, window) and one block
+table per request; every group draws its block ids from one shared pool of
+`num_blocks` (block 0 is vLLM's null block), and one block id is in one group
+at a time (the groups share the KV tensors).
 
-Served now: full attention (`FullAttentionSpec`, MLA's `MLAAttentionSpec`)
-in one group.  Other specs raise UnsupportedVllmConfig naming the group.
+The adapter gives each vLLM group one layer of an hkv `gpt_oss`-style layout
+(`Layout.from_layer_windows`: full attention, or a sliding window of the
+group's size), so groups of one spec share one hkv pool, with one hkv page
+per vLLM block (`tokens_per_page == block_size`).  It splits vLLM's block ids
+evenly between the groups: group g holds the ids `offset[g] + 1 ..
+offset[g] + share`, and hkv's page p of the group's pool is vLLM block
+`offset[g] + p` in that group (hkv's NULL page 0 is vLLM's null block 0).  A
+pool shared by k groups has `share` pages; each page is k vLLM blocks, one
+per group, which always move together (the groups hold the same tokens).
+
+Served: full attention (`FullAttentionSpec`, MLA's `MLAAttentionSpec`) and
+sliding windows (`SlidingWindowSpec`), one block size and one KV shape and
+dtype for all groups.  Any other spec (Mamba, chunked local, cross
+attention, DeepSeek-V4's compressed groups), or groups differing in block
+size or shape, raise UnsupportedVllmConfig naming the group.
 """
 
 from __future__ import annotations
@@ -25,17 +34,23 @@ from hkv_vllm.errors import UnsupportedVllmConfig
 
 TORCH_DTYPES = {"torch.float16": "float16", "torch.bfloat16": "bfloat16", "torch.float32": "float32"}
 PAGE_ALIGNMENT_BYTES = 16  # the smallest hkv accepts: one page is exactly one vLLM block
+SERVED_SPECS = ("FullAttentionSpec", "MLAAttentionSpec", "SlidingWindowSpec")
 
 
 @attrs.frozen(kw_only=True)
 class GroupPool:
-    """One vLLM KV cache group as an hkv pool: its vLLM block ids are `offset + 1 .. offset + pages`."""
+    """One vLLM KV cache group: its hkv pool, and its vLLM block ids `offset + 1 .. offset + pages`."""
 
     group_id: int
     pool: str
     block_size: int
+    window: int  # the group's sliding window in tokens (0: full attention)
     offset: int
     pages: int
+
+    def block_id(self, page: int) -> int:
+        """The vLLM block id of hkv page `page` of the group's pool (0, the null block, for the NULL page)."""
+        return self.offset + page if page else 0
 
 
 @attrs.frozen(kw_only=True)
@@ -50,45 +65,78 @@ class VllmLayout:
     def pool_pages(self) -> dict[str, int]:
         return {g.pool: g.pages for g in self.groups}
 
+    @property
+    def block_size(self) -> int:
+        return self.groups[0].block_size
+
 
 def layout_from_kv_cache_config(kv_cache_config: Any, *, name: str = "vllm") -> VllmLayout:
     """The hkv layout of vLLM's `KVCacheConfig` (UnsupportedVllmConfig for a group hkv does not serve yet)."""
-    groups = list(kv_cache_config.kv_cache_groups)
-    if len(groups) != 1:
-        kinds = ", ".join(type(g.kv_cache_spec).__name__ for g in groups)
-        raise UnsupportedVllmConfig(feature="kv_cache_groups",
-                                    detail=f"{len(groups)} KV cache groups ({kinds}); one full-attention group "
-                                           f"is served")
-    spec = groups[0].kv_cache_spec
-    _check_full_attention(0, spec)
-    layers = max(1, len(groups[0].layer_names))
-    config = {
-        "model_type": "llama", "torch_dtype": _dtype(spec.dtype), "num_hidden_layers": layers,
+    specs = [g.kv_cache_spec for g in kv_cache_config.kv_cache_groups]
+    if not specs:
+        raise UnsupportedVllmConfig(feature="kv_cache_groups", detail="no KV cache group (an attention-free model)")
+    windows = [_window(i, spec) for i, spec in enumerate(specs)]
+    _check_uniform(specs)
+    share = (kv_cache_config.num_blocks - 1) // len(specs)  # block 0 is vLLM's null block, hkv's NULL page
+    if share < 1:
+        raise UnsupportedVllmConfig(feature="num_blocks",
+                                    detail=f"{kv_cache_config.num_blocks} blocks leave none for each of "
+                                           f"{len(specs)} groups beside the null block")
+    layout = Layout.from_layer_windows(_config(specs[0], windows), windows, name=name, source="vLLM KVCacheConfig")
+    pools = []
+    for layer in range(len(windows)):
+        (pool,) = layout.pools_of(layout.group_of_layer(layer).name)
+        assert pool.tokens_per_page == specs[0].block_size, (pool.tokens_per_page, specs[0].block_size)
+        pools.append(pool.name)
+    groups = tuple(GroupPool(group_id=i, pool=pools[i], block_size=specs[0].block_size, window=windows[i],
+                             offset=i * share, pages=share) for i in range(len(specs)))
+    return VllmLayout(layout=layout, groups=groups, num_blocks=kv_cache_config.num_blocks)
+
+
+def _config(spec: Any, windows: list[int]) -> dict[str, Any]:
+    """A gpt_oss-style config with one layer per vLLM group."""
+    sliding = [w for w in windows if w]
+    config: dict[str, Any] = {
+        "model_type": "gpt_oss", "torch_dtype": _dtype(spec.dtype), "num_hidden_layers": len(windows),
         "hidden_size": spec.num_kv_heads * spec.head_size, "num_attention_heads": spec.num_kv_heads,
         "num_key_value_heads": spec.num_kv_heads, "head_dim": spec.head_size, "vocab_size": 2,
+        "layer_types": ["sliding_attention" if w else "full_attention" for w in windows],
         "hkv": {"block_tokens": spec.block_size, "alignment_bytes": PAGE_ALIGNMENT_BYTES},
     }
-    layout = Layout.from_hf_config(config, name=name, source="vLLM KVCacheConfig")
-    pool = layout.pools[0]
-    assert pool.tokens_per_page == spec.block_size, (pool.tokens_per_page, spec.block_size)
-    pages = kv_cache_config.num_blocks - 1  # block 0 is vLLM's null block, hkv's NULL page
-    if pages < 1:
-        raise UnsupportedVllmConfig(feature="num_blocks",
-                                    detail=f"{kv_cache_config.num_blocks} blocks leave none beside the null block")
-    group = GroupPool(group_id=0, pool=pool.name, block_size=spec.block_size, offset=0, pages=pages)
-    return VllmLayout(layout=layout, groups=(group,), num_blocks=kv_cache_config.num_blocks)
+    if sliding:
+        config["sliding_window"] = max(sliding)
+    return config
 
 
-def _check_full_attention(group_id: int, spec: Any) -> None:
-    from vllm.v1.kv_cache_interface import FullAttentionSpec
+def _window(group_id: int, spec: Any) -> int:
+    """The group's sliding window (0: full attention); UnsupportedVllmConfig for a spec hkv does not serve."""
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
 
-    plain = type(spec).__name__ in ("FullAttentionSpec", "MLAAttentionSpec")
-    if not (isinstance(spec, FullAttentionSpec) and plain):
+    kind = type(spec).__name__
+    if kind not in SERVED_SPECS or not isinstance(spec, FullAttentionSpec | SlidingWindowSpec):
         raise UnsupportedVllmConfig(feature=f"kv_cache_groups[{group_id}]",
-                                    detail=f"a {type(spec).__name__} group (full attention is served)")
+                                    detail=f"a {kind} group (served: {', '.join(SERVED_SPECS)})")
+    if isinstance(spec, SlidingWindowSpec):
+        if spec.sliding_window < 2:
+            raise UnsupportedVllmConfig(feature=f"kv_cache_groups[{group_id}]",
+                                        detail=f"a sliding window of {spec.sliding_window} tokens (at least 2)")
+        return int(spec.sliding_window)
     if spec.sliding_window is not None or spec.attention_chunk_size is not None:
         raise UnsupportedVllmConfig(feature=f"kv_cache_groups[{group_id}]",
                                     detail="a full-attention group computed as sliding-window or chunked attention")
+    return 0
+
+
+def _check_uniform(specs: list[Any]) -> None:
+    """One block size, KV shape and dtype for every group (what one hkv layout of equal pages needs)."""
+    first = specs[0]
+    for i, spec in enumerate(specs[1:], start=1):
+        for field in ("block_size", "num_kv_heads", "head_size", "dtype"):
+            if getattr(spec, field) != getattr(first, field):
+                raise UnsupportedVllmConfig(feature=f"kv_cache_groups[{i}]",
+                                            detail=f"{field} {getattr(spec, field)} differs from group 0's "
+                                                   f"{getattr(first, field)} (one {field} for every group "
+                                                   f"is served)")
 
 
 def _dtype(dtype: Any) -> str:

@@ -12,8 +12,16 @@ the scheduler first asks for its cached blocks; vLLM block ids are hkv pages
   (`request.num_computed_tokens`, read at the request's next allocation and
   at `free`).  A block scheduled but not yet computed is never a hit for
   another request, so a hit never reads KV that is still being written.
+- EAGLE (`use_eagle`): the hit is the longest at most one block shorter than
+  hkv's longest (`match(max_tokens=...)`), so the drafter recomputes the
+  last block, as vLLM drops the last matched block.
 - Every hit is one length for all groups, the longest resume point whose
-  every object is present (hkv's validation), never longer.
+  every object is present (hkv's validation: for a sliding-window group, the
+  blocks of the window before it), never longer.
+- Groups: vLLM's block ids are split evenly between the KV cache groups
+  (`layout.py`); a sliding-window group's blocks become the null block as
+  hkv drops them from the window (at commit), where vLLM drops them in
+  `remove_skipped_blocks`.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import logging
 from typing import Any
 
 from hkv_core.errors import InvalidRequestState, OutOfPages, StaleLease
-from hkv_core.manager import CacheManager, ManagerConfig
+from hkv_core.manager import CacheManager, Hit, ManagerConfig
 from hkv_vllm.errors import UnsupportedVllmConfig
 from hkv_vllm.events import vllm_events
 from hkv_vllm.keys import request_keys
@@ -44,7 +52,7 @@ class HkvKVCacheManager:
         from vllm.v1.core.kv_cache_manager import KVCacheBlocks
         from vllm.v1.metrics.stats import PrefixCacheStats
 
-        _refuse(use_eagle=use_eagle, num_prefill_lookahead=num_prefill_lookahead, dcp=dcp_world_size,
+        _refuse(dcp=dcp_world_size,
                 pcp=pcp_world_size, block_sizes=(scheduler_block_size, hash_block_size))
         self.vllm_layout: VllmLayout = layout_from_kv_cache_config(kv_cache_config)
         self.kv_cache_config, self.max_model_len = kv_cache_config, max_model_len
@@ -55,7 +63,9 @@ class HkvKVCacheManager:
             pool_pages=self.vllm_layout.pool_pages, max_requests=1 << 16,
             max_request_tokens=max(max_model_len, 1) + 1, retain_every_blocks=1,
             allow_partial_page_copy=False, kv_events=enable_kv_cache_events))
-        self.blocks = Blocks(kv_cache_config.num_blocks)
+        self.groups = self.vllm_layout.groups
+        self.windowed = tuple(g for g in self.groups if g.window)
+        self.blocks = Blocks(kv_cache_config.num_blocks, len(self.groups))
         self.entries: dict[str, Entry] = {}
         self.block_pool = BlockPoolView(self)
         specs = [g.kv_cache_spec for g in kv_cache_config.kv_cache_groups]
@@ -66,8 +76,7 @@ class HkvKVCacheManager:
         self.watermark_blocks = int(watermark * kv_cache_config.num_blocks)
         self.empty_kv_cache_blocks = KVCacheBlocks(tuple(() for _ in specs))
         self._KVCacheBlocks, self._PrefixCacheStats = KVCacheBlocks, PrefixCacheStats
-        self._block_size = self.vllm_layout.groups[0].block_size
-        self._pool = self.vllm_layout.groups[0].pool
+        self._block_size = self.vllm_layout.block_size
 
     # ------------------------------------------------------------------ counts and stats
 
@@ -98,10 +107,12 @@ class HkvKVCacheManager:
         if entry.acquired or not self.prefix_cache_lookup_enabled(request):
             return self.empty_kv_cache_blocks, 0, 0
         entry.hit = self.hkv.match(entry.rid)
+        if self.use_eagle and entry.hit.tokens:  # EAGLE recomputes the hit's last block for its hidden states
+            entry.hit = self.hkv.match(entry.rid, max_tokens=entry.hit.tokens - self._block_size)
         if not entry.hit.tokens:
             return self.empty_kv_cache_blocks, 0, 0
-        pages = entry.hit.pages[self._pool]
-        return self.create_kv_cache_blocks(([self.blocks.by_id[int(p)] for p in pages],)), entry.hit.tokens, 0
+        blocks = tuple([self.blocks.by_id[i] for i in ids] for ids in self._hit_ids(entry.hit))
+        return self.create_kv_cache_blocks(blocks), entry.hit.tokens, 0
 
     def get_computed_blocks_for_connector(self, request: Any) -> tuple[Any, int, int, bool]:
         return *self.get_computed_blocks(request), False
@@ -123,25 +134,24 @@ class HkvKVCacheManager:
         computed = request.num_computed_tokens + num_new_computed_tokens
         target = min(computed + num_new_tokens + num_lookahead_tokens, self.max_model_len)
         size = self._block_size
-        if (entry.acquired and -(-target // size) <= len(entry.blocks)
+        if (entry.acquired and -(-target // size) <= len(entry.blocks[0])
                 and _written(request) // size <= entry.committed // size):
             return self.empty_kv_cache_blocks  # pages cover it, no block completed: hkv is asked nothing
         self._sync(entry, request)
         self._commit_to(entry, _written(request))
-        hit_pages = self._hit_pages(entry, num_new_computed_tokens)
+        hit_ids = self._adopted_hit(entry, num_new_computed_tokens)
         watermark = self.watermark_blocks if has_scheduled_reqs and _waiting(request) else 0
-        free = self.block_pool.get_num_free_blocks()
         full = min(request.num_tokens, self.max_model_len)
-        if full_sequence_must_fit and self._blocks_needed(entry, full, hit_pages) + watermark > free:
+        if full_sequence_must_fit and not self._fits(self._blocks_needed(entry, full, hit_ids), watermark, 0):
             return None  # the whole sequence would not fit (reservations constrain only this allocation)
-        if self._blocks_needed(entry, target, hit_pages) + watermark > free - reserved_blocks:
+        if not self._fits(self._blocks_needed(entry, target, hit_ids), watermark, reserved_blocks):
             return None
         # whole pages, as vLLM allocates whole blocks: hkv's allocation runs to the end of the last block, past
         # the known tokens where it must (slots reserved ahead: drafts, lookahead, async scheduling's next token)
         end = min(-(-target // size) * size, self.hkv.config.max_request_tokens)
-        return self._allocate(entry, end, hit_pages, num_new_computed_tokens)
+        return self._allocate(entry, end, hit_ids, num_new_computed_tokens)
 
-    def _allocate(self, entry: Entry, target: int, hit_pages: list[int], hit_tokens: int) -> Any:
+    def _allocate(self, entry: Entry, target: int, hit_ids: list[list[int]], hit_tokens: int) -> Any:
         acquiring = not entry.acquired
         if acquiring and hit_tokens:
             assert entry.hit is not None
@@ -150,7 +160,8 @@ class HkvKVCacheManager:
             except StaleLease:
                 self._forget(entry)
                 return None
-            self.blocks.take(entry, hit_pages)
+            for group, ids in zip(self.groups, hit_ids, strict=True):
+                self.blocks.take(entry, group.group_id, ids)
         entry.acquired = True
         _, allocated, _ = self.hkv.request_tokens(entry.rid)
         if target <= allocated:
@@ -161,23 +172,47 @@ class HkvKVCacheManager:
             if acquiring:
                 self._forget(entry)
             return None
-        table = alloc.block_tables[self._pool]
-        new = self.blocks.take(entry, [int(p) for p in table[len(entry.blocks):]])
-        return self.create_kv_cache_blocks((new,))
+        new = []
+        for group in self.groups:
+            table = alloc.block_tables[group.pool][len(entry.blocks[group.group_id]):]
+            new.append(self.blocks.take(entry, group.group_id, [group.block_id(int(p)) for p in table]))
+        self._drop_out_of_window(entry)
+        return self.create_kv_cache_blocks(tuple(new))
 
-    def _hit_pages(self, entry: Entry, hit_tokens: int) -> list[int]:
+    def _hit_ids(self, hit: Hit) -> list[list[int]]:
+        """Per group, the vLLM block ids of hkv's hit, one per block of it (the null block before a window)."""
+        blocks = hit.tokens // self._block_size
+        out = []
+        for group in self.groups:
+            ids = [group.block_id(int(p)) for p in hit.pages[group.pool]]
+            assert len(ids) <= blocks, (group, len(ids), blocks)
+            out.append([0] * (blocks - len(ids)) + ids)
+        return out
+
+    def _adopted_hit(self, entry: Entry, hit_tokens: int) -> list[list[int]]:
+        """The hit's block ids per group when vLLM adopts `hit_tokens` cached tokens (it must be hkv's hit)."""
         if entry.acquired or not hit_tokens:
-            return []
+            return [[] for _ in self.groups]
         if entry.hit is None or entry.hit.tokens != hit_tokens:
             raise InvalidRequestState(request_id=entry.rid, action="allocate_slots",
                                       reason=f"{hit_tokens} computed tokens adopted, hkv's hit has "
                                              f"{entry.hit.tokens if entry.hit else 0}")
-        return [int(p) for p in entry.hit.pages[self._pool]]
+        return self._hit_ids(entry.hit)
 
-    def _blocks_needed(self, entry: Entry, tokens: int, hit_pages: list[int]) -> int:
-        """Free blocks an allocation to `tokens` takes: new pages, and hit pages no live request holds."""
-        new = max(0, -(-tokens // self._block_size) - len(entry.blocks) - len(hit_pages))
-        return new + sum(1 for p in hit_pages if self.blocks.by_id[p].ref_cnt == 0)
+    def _blocks_needed(self, entry: Entry, tokens: int, hit_ids: list[list[int]]) -> list[int]:
+        """Per group, the free blocks an allocation to `tokens` takes: new pages, and hit blocks no live request
+        holds."""
+        blocks = -(-tokens // self._block_size)
+        return [max(0, blocks - len(entry.blocks[g.group_id]) - len(ids))
+                + sum(1 for i in ids if i and self.blocks.by_id[i].ref_cnt == 0)
+                for g, ids in zip(self.groups, hit_ids, strict=True)]
+
+    def _fits(self, needed: list[int], watermark: int, reserved: int) -> bool:
+        """Every group's need within its free blocks, and all of them with the watermark within the free
+        blocks less those reserved."""
+        held = self.blocks.held_by_group
+        return (all(n <= g.pages - held[g.group_id] for g, n in zip(self.groups, needed, strict=True))
+                and sum(needed) + watermark <= self.block_pool.get_num_free_blocks() - reserved)
 
     # ------------------------------------------------------------------ commit and free
 
@@ -205,7 +240,7 @@ class HkvKVCacheManager:
 
     def remove_skipped_blocks(self, request_id: str, processed_computed_tokens: int,
                               num_prompt_tokens: int | None = None) -> None:
-        """Full attention skips no block."""
+        """hkv drops the blocks that leave a window when it commits (`_drop_out_of_window`): nothing here."""
 
     def evict_blocks(self, block_ids: set[int]) -> None:
         raise UnsupportedVllmConfig(feature="evict_blocks", detail="evicting given blocks (KV connector loads)")
@@ -234,14 +269,15 @@ class HkvKVCacheManager:
 
     def get_blocks(self, request_id: str) -> Any:
         entry = self.entries.get(request_id)
-        return self.create_kv_cache_blocks((list(entry.blocks) if entry else [],))
+        return self.create_kv_cache_blocks(tuple(list(b) for b in entry.blocks) if entry else
+                                           tuple([] for _ in self.groups))
 
     def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
         return self.get_blocks(request_id).get_block_ids()  # type: ignore[no-any-return]
 
     def get_block_ids_for_computed_tokens(self, request_id: str, num_computed_tokens: int) -> tuple[list[int], ...]:
-        ids = self.get_block_ids(request_id)
-        return (ids[0][:-(-num_computed_tokens // self._block_size)],)
+        count = -(-num_computed_tokens // self._block_size)
+        return tuple(ids[:count] for ids in self.get_block_ids(request_id))
 
     def estimate_cached_tokens(self, request: Any) -> int:
         entry = self.entries.get(request.request_id)
@@ -252,7 +288,8 @@ class HkvKVCacheManager:
 
     def truncate_computed_blocks(self, blocks: Any, num_computed_tokens: int) -> Any:
         assert num_computed_tokens % self._block_size == 0
-        return self.create_kv_cache_blocks((list(blocks.blocks[0][:num_computed_tokens // self._block_size]),))
+        count = num_computed_tokens // self._block_size
+        return self.create_kv_cache_blocks(tuple(list(b[:count]) for b in blocks.blocks))
 
     def take_new_block_ids(self) -> list[int]:
         return []  # attention blocks are written before they are read: none needs zeroing
@@ -281,7 +318,7 @@ class HkvKVCacheManager:
             salt, lora, mm = request_keys(request)
             rid = self.hkv.add_request(tokens, cache_salt=salt, lora_id=lora, mm_keys=mm)
             entry = self.entries[request.request_id] = Entry(req_id=request.request_id, rid=rid,
-                                                                known=len(tokens))
+                                                                known=len(tokens), groups=len(self.groups))
         return entry
 
     def _sync(self, entry: Entry, request: Any) -> None:
@@ -301,7 +338,21 @@ class HkvKVCacheManager:
         upto = min(num_computed_tokens, known, allocated)
         if upto > computed:
             self.hkv.commit(entry.rid, upto - computed)
+            self._drop_out_of_window(entry)
         entry.committed = max(computed, upto)
+
+    def _drop_out_of_window(self, entry: Entry) -> None:
+        """The null block for each block hkv dropped from a sliding-window group's table (left the window)."""
+        if not self.windowed:
+            return
+        tables = self.hkv.tables(entry.rid)
+        for group in self.windowed:
+            table, g = tables[group.pool], group.group_id
+            first = entry.live[g]
+            while first < min(len(table), len(entry.blocks[g])) and table[first] == 0:
+                self.blocks.to_null(entry, g, first)
+                first += 1
+            entry.live[g] = first
 
     def _forget(self, entry: Entry) -> None:
         self.blocks.drop(entry)
@@ -321,11 +372,8 @@ def _waiting(request: Any) -> bool:
     return request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED)
 
 
-def _refuse(*, use_eagle: bool, num_prefill_lookahead: int, dcp: int, pcp: int, block_sizes: tuple[int, int]) -> None:
+def _refuse(*, dcp: int, pcp: int, block_sizes: tuple[int, int]) -> None:
     """UnsupportedVllmConfig for what the adapter does not serve yet, before anything is built."""
-    if use_eagle:
-        raise UnsupportedVllmConfig(feature="eagle_block_drop",
-                                    detail="EAGLE's trailing-block drop (a hit shortened by one block)")
     if dcp != 1 or pcp != 1:
         raise UnsupportedVllmConfig(feature="context_parallel", detail=f"context parallelism (dcp {dcp}, pcp {pcp})")
     if block_sizes[0] != block_sizes[1]:

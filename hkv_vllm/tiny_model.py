@@ -26,9 +26,12 @@ SPECIALS = ("<unk>", "<s>", "</s>", "<pad>")
 WORDS = VOCAB - len(SPECIALS)  # token ids 4 .. 511 are the words "t0" .. "t507"
 
 
-def config() -> dict[str, object]:
-    """The model's config.json."""
-    return {
+def config(sliding_window: int = 0) -> dict[str, object]:
+    """The model's config.json; with `sliding_window`, layer 0 attends to a window of that many tokens and
+    layer 1 to everything (vLLM lays the cache out as a sliding-window group and a full-attention group)."""
+    hybrid = {"layer_types": ["sliding_attention"] + ["full_attention"] * (LAYERS - 1),
+              "sliding_window": sliding_window} if sliding_window else {}
+    return hybrid | {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": VOCAB,
         "hidden_size": HIDDEN, "intermediate_size": INTERMEDIATE, "num_hidden_layers": LAYERS,
         "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM,
@@ -79,12 +82,12 @@ def tokenizer_config() -> dict[str, object]:
             "add_bos_token": False, "add_eos_token": False}
 
 
-def write_tiny_llama(folder: Path, seed: int = 0) -> Path:
-    """Write the model directory into `folder` (created if missing) and return it."""
+def write_tiny_llama(folder: Path, seed: int = 0, sliding_window: int = 0) -> Path:
+    """Write the model directory into `folder` (created if missing) and return it (`config` for the window)."""
     from safetensors.torch import save_file
 
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(config(), indent=1))
+    (folder / "config.json").write_text(json.dumps(config(sliding_window), indent=1))
     (folder / "generation_config.json").write_text(json.dumps({"bos_token_id": 1, "eos_token_id": 2}))
     save_file(weights(seed), str(folder / "model.safetensors"), metadata={"format": "pt"})
     (folder / "tokenizer.json").write_text(json.dumps(tokenizer_json()))

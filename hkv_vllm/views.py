@@ -11,10 +11,11 @@ pool:
 - `coordinator.get_num_blocks_to_allocate(...)`: the blocks a request still
   needs for `num_tokens` (what the scheduler's promotion check asks).
 - `coordinator.enable_partial_hash_hits` / `eagle_group_ids` /
-  `num_reprefillable_tokens`: False / () / 0 (no Mamba, no EAGLE groups).
-- `block_pool.get_num_free_blocks()` / `get_usage()`: blocks no live request
-  holds (hkv's free pages and its evictable cached ones, as vLLM counts its
-  free queue), and the share held.
+  `num_reprefillable_tokens`: False / every group with EAGLE, else () / 0
+  (no Mamba groups).
+- `block_pool.get_num_free_blocks()` / `get_usage()`: blocks of the groups'
+  shares no live request holds (hkv's free pages and its evictable cached
+  ones, as vLLM counts its free queue), and the share held.
 - `block_pool.free_blocks(blocks)`: the scheduler's deferred frees; the
   adapter never defers (it refuses the configurations that would), so a
   non-empty call is an error.
@@ -45,7 +46,8 @@ class GroupView:
     @property
     def req_to_blocks(self) -> Mapping[str, list[Any]]:
         """Request id -> its blocks in this group (copies of the lists)."""
-        return {req_id: list(entry.blocks) for req_id, entry in self._owner.entries.items()}
+        g = self.kv_cache_group_id
+        return {req_id: list(entry.blocks[g]) for req_id, entry in self._owner.entries.items()}
 
 
 class CoordinatorView:
@@ -60,13 +62,14 @@ class CoordinatorView:
         self.single_type_managers = [GroupView(owner, g, spec)
                                      for g, spec in zip(owner.vllm_layout.groups, specs, strict=True)]
         self.block_pool = owner.block_pool
+        self.eagle_group_ids = tuple(range(len(specs))) if owner.use_eagle else ()  # every group drops a block
 
     def get_num_blocks_to_allocate(self, *, request_id: str, num_tokens: int, **_: Any) -> int:
-        """Blocks the request needs beyond what it holds to cover `num_tokens` tokens."""
+        """Blocks the request needs beyond what it holds to cover `num_tokens` tokens, all groups together."""
         entry = self._owner.entries.get(request_id)
-        held = len(entry.blocks) if entry is not None else 0
         size = self.single_type_managers[0].block_size
-        return max(0, -(-num_tokens // size) - held)
+        return sum(max(0, -(-num_tokens // size) - (len(entry.blocks[g.kv_cache_group_id]) if entry else 0))
+                   for g in self.single_type_managers)
 
 
 class BlockPoolView:
@@ -79,11 +82,17 @@ class BlockPoolView:
     def num_gpu_blocks(self) -> int:
         return self._owner.blocks.num_blocks
 
+    @property
+    def capacity(self) -> int:
+        """The blocks the groups' shares hold (`layout.py`; the null block and any remainder of the split
+        are in none)."""
+        return sum(g.pages for g in self._owner.groups)
+
     def get_num_free_blocks(self) -> int:
-        return self._owner.blocks.num_blocks - 1 - self._owner.blocks.held
+        return self.capacity - self._owner.blocks.held
 
     def get_usage(self) -> float:
-        return self._owner.blocks.held / max(1, self._owner.blocks.num_blocks - 1)
+        return self._owner.blocks.held / max(1, self.capacity)
 
     def free_blocks(self, blocks: Iterable[Any]) -> None:
         """Deferred frees: the adapter hands out none (`pop_blocks_for_free` frees at once)."""

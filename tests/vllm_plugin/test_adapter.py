@@ -49,31 +49,51 @@ def test_mla_group_is_served():
     assert layout_from_kv_cache_config(kv_config(spec)).layout.pools[0].tokens_per_page == 16
 
 
-@pytest.mark.parametrize(("specs", "feature"), [
-    (lambda: (full(), full()), "kv_cache_groups"),
-    (lambda: (full(sliding_window=128),), "kv_cache_groups[0]"),
-    (lambda: (full(dtype="int8"),), "kv_cache_dtype"),
-])
-def test_unserved_groups_are_refused_by_name(specs, feature):
-    from hkv_vllm import UnsupportedVllmConfig
-    from hkv_vllm.layout import layout_from_kv_cache_config
-
-    with pytest.raises(UnsupportedVllmConfig) as err:
-        layout_from_kv_cache_config(kv_config(*specs()))
-    assert err.value.feature == feature
-    assert err.value.key == feature
-
-
-def test_a_sliding_window_group_is_refused():
+def sliding(window, block_size=16):
     import torch
     from vllm.v1.kv_cache_interface import SlidingWindowSpec
 
+    return SlidingWindowSpec(block_size=block_size, num_kv_heads=2, head_size=64, dtype=torch.float16,
+                             sliding_window=window)
+
+
+def mamba():
+    import torch
+    from vllm.v1.kv_cache_interface import MambaSpec
+
+    return MambaSpec(block_size=16, shapes=((1, 1),), dtypes=(torch.float32,))
+
+
+def test_hybrid_groups_share_pools_by_spec_and_split_the_block_ids():
+    from hkv_vllm.layout import layout_from_kv_cache_config
+
+    got = layout_from_kv_cache_config(kv_config(full(), sliding(32), full(), sliding(64), num_blocks=42))
+    # 41 blocks beside the null block, 10 per group (one left over): group g holds ids 10g+1 .. 10g+10
+    assert [(g.offset, g.pages, g.window) for g in got.groups] == [(0, 10, 0), (10, 10, 32), (20, 10, 0),
+                                                                  (30, 10, 64)]
+    assert got.groups[0].pool == got.groups[2].pool  # the two full-attention groups: one hkv pool
+    assert len({g.pool for g in got.groups}) == 3
+    assert {g.pool: g.window for g in got.groups} == {p.group_name + "." + p.name.split(".")[-1]:
+                                                      got.layout.group(p.group_name).window_tokens
+                                                      for p in got.layout.pools}
+    assert [g.block_id(p) for g in got.groups for p in (0, 1, 10)] == [0, 1, 10, 0, 11, 20, 0, 21, 30, 0, 31, 40]
+
+
+@pytest.mark.parametrize(("specs", "feature", "match"), [
+    (lambda: (full(), mamba()), "kv_cache_groups[1]", "MambaSpec"),
+    (lambda: (full(), sliding(64, block_size=32)), "kv_cache_groups[1]", "block_size 32"),
+    (lambda: (full(sliding_window=128),), "kv_cache_groups[0]", "sliding-window or chunked"),
+    (lambda: (full(dtype="int8"),), "kv_cache_dtype", "int8"),
+    (lambda: (), "kv_cache_groups", "no KV cache group"),
+])
+def test_unserved_groups_are_refused_by_name(specs, feature, match):
     from hkv_vllm import UnsupportedVllmConfig
     from hkv_vllm.layout import layout_from_kv_cache_config
 
-    spec = SlidingWindowSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=torch.float16, sliding_window=64)
-    with pytest.raises(UnsupportedVllmConfig, match="SlidingWindowSpec"):
-        layout_from_kv_cache_config(kv_config(spec))
+    with pytest.raises(UnsupportedVllmConfig, match=match) as err:
+        layout_from_kv_cache_config(kv_config(*specs()))
+    assert err.value.feature == feature
+    assert err.value.key == feature
 
 
 def test_no_block_beside_the_null_block_is_refused():
@@ -84,7 +104,7 @@ def test_no_block_beside_the_null_block_is_refused():
     assert err.value.feature == "num_blocks"
 
 
-@pytest.mark.parametrize("kwargs", [dict(use_eagle=True), dict(dcp_world_size=2),
+@pytest.mark.parametrize("kwargs", [dict(dcp_world_size=2),
                                     dict(hash_block_size=8)])
 def test_unserved_manager_options_are_refused(kwargs):
     from hkv_vllm import UnsupportedVllmConfig
@@ -233,3 +253,45 @@ def test_reservations_constrain_this_allocation_not_the_whole_sequence(reserved,
     m.get_computed_blocks(request)
     got = m.allocate_slots(request, 16, full_sequence_must_fit=True, reserved_blocks=reserved)
     assert (got is not None) is fits
+
+
+def test_eagle_hits_one_block_shorter_so_the_drafter_recomputes_it():
+    from hkv_vllm.drive import make_request
+
+    for eagle, expected in ((False, 48), (True, 32)):
+        m = manager(use_eagle=eagle)
+        first = make_request("a", list(range(50)), max_tokens=1)
+        m.get_computed_blocks(first)
+        m.allocate_slots(first, 50)
+        first.num_computed_tokens = 50
+        m.free(first)
+        blocks, hit, _ = m.get_computed_blocks(make_request("b", list(range(50)) + [7], max_tokens=1))
+        assert hit == expected and len(blocks.blocks[0]) == expected // 16
+        assert m.coordinator.eagle_group_ids == ((0,) if eagle else ())
+
+
+def test_a_sliding_window_groups_blocks_become_null_as_they_leave_the_window():
+    """Full attention beside a 32-token window: after 96 tokens are committed the window group holds only the
+    blocks the next token reads (the rest are the null block, still cached), and a hit resumes with them."""
+    from hkv_vllm.drive import make_request
+    from hkv_vllm.manager import HkvKVCacheManager
+
+    m = HkvKVCacheManager(kv_config(full(), sliding(32), num_blocks=65), max_model_len=2048,
+                          scheduler_block_size=16, hash_block_size=16)
+    first = make_request("a", list(range(100)), max_tokens=1)
+    m.get_computed_blocks(first)
+    new = m.allocate_slots(first, 100)
+    full_ids, window_ids = new.get_block_ids()
+    assert len(full_ids) == len(window_ids) == 7
+    assert all(1 <= b <= 32 for b in full_ids) and all(33 <= b <= 64 for b in window_ids)  # the even split
+    first.num_computed_tokens = 96
+    m.cache_blocks(first, 96)
+    full_now, window_now = m.get_block_ids("a")
+    assert full_now == full_ids
+    assert window_now[:4] == [0, 0, 0, 0] and window_now[4:] == window_ids[4:]  # [64, 96): the window at 96
+    assert m.blocks.held_by_group == [7, 3]
+    m.free(first)
+    blocks, hit, _ = m.get_computed_blocks(make_request("b", list(range(96)) + [5] * 8, max_tokens=1))
+    assert hit == 96
+    got_full, got_window = blocks.get_block_ids()
+    assert got_full == full_ids[:6] and got_window == [0, 0, 0, 0] + window_ids[4:6]

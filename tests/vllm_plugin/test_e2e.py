@@ -68,9 +68,24 @@ def test_e2e_quick_greedy_tokens_equal_stock_vllm_with_hits_evictions_and_preemp
 
 @pytest.mark.slow
 @pytest.mark.skipif(not E2E, reason=E2E_REASON)
-def test_e2e_fails_when_hits_read_wrong_kv(tmp_path: Path) -> None:
-    done = e2e(tmp_path, "--fault", "stale-kv")
+@pytest.mark.parametrize("model", [(), ("--sliding-window", "32")], ids=["llama", "sliding-window-hybrid"])
+def test_e2e_fails_when_hits_read_wrong_kv(tmp_path: Path, model: tuple[str, ...]) -> None:
+    done = e2e(tmp_path, "--fault", "stale-kv", *model)
     assert done.returncode == 1, done.stderr[-3000:]
     report = json.loads(done.stdout)
     assert not report["ok"] and report["fault"] == "stale-kv" and report["mismatches"]
     assert all(turn > 0 for _, turn in report["mismatches"])  # only hits on an earlier turn read the negated KV
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not E2E, reason=E2E_REASON)
+def test_e2e_sliding_window_hybrid_equals_stock_vllm(tmp_path: Path) -> None:
+    """Layer 0 slides over 32 tokens, layer 1 attends to everything: vLLM lays the cache out as two groups,
+    hkv serves both (out-of-window blocks dropped, every hit with its window), tokens equal stock's."""
+    done = e2e(tmp_path, "--sliding-window", "32")
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["kv_cache_groups"] == ["SlidingWindowSpec(32 tokens)", "FullAttentionSpec"]
+    assert report["ok"] and report["token_equal"] == report["requests"] == 9, report["mismatches"]
+    assert report["exercised"] == {"hits": True, "evictions": True, "preemptions": True}, report
+    assert report["max_logprob_diff"] == 0.0

@@ -64,3 +64,26 @@ def test_a_block_scheduled_in_this_step_is_no_hit_for_another_request():
     stock, ours = schedule_both(twins, num_blocks=100)
     assert dict(stock[0].cached)["b"] > 0  # vLLM: b resumes from a's blocks being written in the same step
     assert dict(ours[0].cached) == {"a": 0, "b": 0}
+
+
+@pytest.mark.parametrize("windows", [(0, 32), (0, 32, 0, 64), (32, 64)], ids=["full+sw", "full+sw+full+sw64",
+                                                                             "sw+sw64"])
+def test_hybrid_groups_schedule_identically_with_hits(windows):
+    """Full-attention and sliding-window groups with room for everything: the same steps and hits as vLLM's
+    hybrid manager - every hit resumes with its window present, nothing recomputed."""
+    stock, ours = schedule_both(conversations, num_blocks=2000 * len(windows), windows=windows)
+    assert ours == stock
+    assert sum(n for s in ours for _, n in s.cached) >= 16 * 8
+    assert sum(len(s.finished) for s in ours) == 12
+
+
+def test_hybrid_groups_under_memory_pressure_hit_at_least_vllm():
+    """A full + sliding-window model in 27 blocks: hkv splits them between the groups (13 each, docs/vllm.md)
+    where vLLM shares them, so steps differ; every request finishes, cached blocks are evicted, and hkv's hits
+    total at least vLLM's."""
+    stock, ours = schedule_both(conversations, num_blocks=27, max_num_batched_tokens=32, windows=(0, 32))
+    assert sum(len(s.finished) for s in ours) == sum(len(s.finished) for s in stock) == 12
+    hits = [sum(n for s in run for _, n in s.cached) for run in (stock, ours)]
+    roomy = sum(n for s in schedule_both(conversations, num_blocks=4000, windows=(0, 32))[1] for _, n in s.cached)
+    assert 0 < hits[1] < roomy
+    assert hits[1] >= hits[0], hits
