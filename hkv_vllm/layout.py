@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+import numpy as np
 
 from hkv_core.layout import Layout
 from hkv_vllm.errors import UnsupportedVllmConfig
@@ -51,6 +52,11 @@ class GroupPool:
     def block_id(self, page: int) -> int:
         """The vLLM block id of hkv page `page` of the group's pool (0, the null block, for the NULL page)."""
         return self.offset + page if page else 0
+
+    def block_ids(self, pages: Any) -> list[int]:
+        """`block_id` of each of `pages` (an array of page ids), in one vectorised step."""
+        pages = np.asarray(pages, dtype=np.int64)
+        return (np.where(pages > 0, pages + self.offset, 0) if self.offset else pages).tolist()  # type: ignore[no-any-return]
 
 
 @attrs.frozen(kw_only=True)

@@ -175,7 +175,7 @@ class HkvKVCacheManager:
         new = []
         for group in self.groups:
             table = alloc.block_tables[group.pool][len(entry.blocks[group.group_id]):]
-            new.append(self.blocks.take(entry, group.group_id, [group.block_id(int(p)) for p in table]))
+            new.append(self.blocks.take(entry, group.group_id, group.block_ids(table)))
         self._drop_out_of_window(entry)
         return self.create_kv_cache_blocks(tuple(new))
 
@@ -184,7 +184,7 @@ class HkvKVCacheManager:
         blocks = hit.tokens // self._block_size
         out = []
         for group in self.groups:
-            ids = [group.block_id(int(p)) for p in hit.pages[group.pool]]
+            ids = group.block_ids(hit.pages[group.pool])
             assert len(ids) <= blocks, (group, len(ids), blocks)
             out.append([0] * (blocks - len(ids)) + ids)
         return out

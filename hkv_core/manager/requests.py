@@ -8,6 +8,8 @@ guards read; `known[slot]` (its known tokens) is what `tokens_known` reads.  Onl
 
 from __future__ import annotations
 
+import heapq
+
 from typing import overload
 
 import attrs
@@ -233,7 +235,7 @@ class RequestTable:
         self.known = np.full(max_requests + 1, -1, np.int64)
         self.by_rid: dict[int, RequestState] = {}
         self.by_slot: list[RequestState | None] = [None] * max_requests
-        self.free_slots = list(range(max_requests - 1, -1, -1))
+        self.free_slots = list(range(max_requests))  # a min-heap (heapq): the lowest free slot first
         self.next_rid = 0
 
     def __len__(self) -> int:
@@ -241,7 +243,7 @@ class RequestTable:
 
     def admit(self, make: type[RequestState], **fields: object) -> RequestState:
         """A new request in the lowest free slot (the caller checked the admission cap)."""
-        slot = self.free_slots.pop()
+        slot = heapq.heappop(self.free_slots)
         req = make(rid=self.next_rid, slot=slot, **fields)  # type: ignore[arg-type]
         self.next_rid += 1
         self.by_rid[req.rid], self.by_slot[slot] = req, req
@@ -254,8 +256,7 @@ class RequestTable:
         self.by_slot[req.slot] = None
         self.committed[req.slot] = -1
         self.known[req.slot] = -1
-        self.free_slots.append(req.slot)
-        self.free_slots.sort(reverse=True)
+        heapq.heappush(self.free_slots, req.slot)  # O(log n): a release never sorts every slot
 
     def set_committed(self, req: RequestState, tokens: int) -> None:
         req.computed = tokens
