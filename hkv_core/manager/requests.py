@@ -9,7 +9,6 @@ guards read; `known[slot]` (its known tokens) is what `tokens_known` reads.  Onl
 from __future__ import annotations
 
 import heapq
-
 from typing import overload
 
 import attrs
