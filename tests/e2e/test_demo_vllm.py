@@ -55,3 +55,11 @@ def test_compare_reports_token_differences_and_the_largest_logprob_difference() 
     off = compare(hkv, run_of([[7, 8], [9, 6]], [[-0.5, -0.125], [-1.0, -1.0]], [0, 0]))
     assert not off["ok"] and off["mismatches"] == [(1, 0)] and off["token_equal"] == 1
     assert off["max_logprob_diff"] == off["max_logprob_diff_with_hit"] == 0.125 and off["bit_equal_logprobs"] == 0
+
+
+def test_sliding_window_is_an_option_of_the_vllm_engine_only(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "hkv_cli.main", "demo", "--out", str(tmp_path), "--sliding-window",
+                           "32"], capture_output=True, text=True)
+    assert done.returncode == 2 and "--sliding-window is an option of --engine vllm" in done.stderr
+    missing = demo(tmp_path, "--sliding-window", "32")  # accepted with --engine vllm: fails only for the venv
+    assert missing.returncode == 2 and "VllmEnvMissing" in missing.stderr
