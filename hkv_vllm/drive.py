@@ -81,7 +81,7 @@ def step(scheduler: Any, sample: Callable[[str, int], int]) -> Step:
     sampled = []
     for req_id in ids:
         req = scheduler.requests[req_id]
-        done = req.num_computed_tokens + out.num_scheduled_tokens[req_id] >= req.num_tokens
+        done = not req.is_prefill_chunk  # the scheduler's own flag: this step reaches the prompt's end (or decodes)
         sampled.append([sample(req_id, req.num_tokens)] if done else [])
     result = ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
                                sampled_token_ids=sampled, logprobs=None, prompt_logprobs_dict={}, pooler_output=[])

@@ -22,14 +22,17 @@ def conversations(turns: int = 3, users: int = 4, system: int = 40) -> dict[int,
     return arrivals
 
 
-def schedule_both(arrivals_fn, **kwargs):
-    from vllm.v1.core.sched.scheduler import Scheduler as Stock
+def schedule_both(arrivals_fn, asynchronous=False, **kwargs):
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+    from vllm.v1.core.sched.scheduler import Scheduler
 
     import hkv_vllm
     from hkv_vllm.drive import build_scheduler, run
 
-    stock = run(build_scheduler(Stock, **kwargs), arrivals_fn())
-    ours = run(build_scheduler(hkv_vllm.Scheduler, **kwargs), arrivals_fn())
+    stock_cls, ours_cls = ((AsyncScheduler, hkv_vllm.AsyncScheduler) if asynchronous
+                           else (Scheduler, hkv_vllm.Scheduler))
+    stock = run(build_scheduler(stock_cls, **kwargs), arrivals_fn())
+    ours = run(build_scheduler(ours_cls, **kwargs), arrivals_fn())
     return stock, ours
 
 
@@ -87,3 +90,15 @@ def test_hybrid_groups_under_memory_pressure_hit_at_least_vllm():
     roomy = sum(n for s in schedule_both(conversations, num_blocks=4000, windows=(0, 32))[1] for _, n in s.cached)
     assert 0 < hits[1] < roomy
     assert hits[1] >= hits[0], hits
+
+
+@pytest.mark.parametrize(("blocks", "batched"), [(2000, 8192), (14, 32)], ids=["ample", "13-blocks"])
+def test_async_scheduling_schedules_identically(blocks, batched):
+    """vLLM's AsyncScheduler (step n+1 scheduled before step n's token is sampled: slots reserved ahead) with
+    its stock manager and with hkv's: the same steps, hits and preemptions, with room and under pressure."""
+    stock, ours = schedule_both(conversations, asynchronous=True, num_blocks=blocks, max_num_batched_tokens=batched)
+    assert ours == stock
+    assert sum(n for s in ours for _, n in s.cached) >= (16 * 8 if blocks > 100 else 1)
+    assert sum(len(s.finished) for s in ours) == 12
+    if blocks < 100:
+        assert sum(len(s.preempted) for s in ours) >= 1
