@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from hkv_core.errors import InvalidRequestState, OutOfPages, StaleLease
+from hkv_core.errors import InvalidArgument, InvalidRequestState, OutOfPages, StaleLease
 from hkv_core.manager import CacheManager, Hit, ManagerConfig
 from hkv_vllm.errors import UnsupportedVllmConfig
 from hkv_vllm.events import vllm_events
@@ -55,6 +55,10 @@ class HkvKVCacheManager:
         _refuse(dcp=dcp_world_size,
                 pcp=pcp_world_size, block_sizes=(scheduler_block_size, hash_block_size))
         self.vllm_layout: VllmLayout = layout_from_kv_cache_config(kv_cache_config)
+        if kv_cache_config.needs_kv_cache_zeroing:  # Mamba or mixed precision: new blocks must be zeroed
+            raise UnsupportedVllmConfig(feature="kv_cache_zeroing",
+                                        detail="a KV cache whose new blocks must be zeroed (Mamba layers or "
+                                               "mixed precision)")
         self.kv_cache_config, self.max_model_len = kv_cache_config, max_model_len
         self.enable_caching, self.enable_kv_cache_events = enable_caching, enable_kv_cache_events
         self.use_eagle, self.log_stats, self.metrics_collector = use_eagle, log_stats, metrics_collector
@@ -67,6 +71,7 @@ class HkvKVCacheManager:
         self.windowed = tuple(g for g in self.groups if g.window)
         self.blocks = Blocks(kv_cache_config.num_blocks, len(self.groups))
         self.entries: dict[str, Entry] = {}
+        self.deferred: dict[tuple[int, ...], Entry] = {}  # requests freed by vLLM, their blocks not yet returned
         self.block_pool = BlockPoolView(self)
         specs = [g.kv_cache_spec for g in kv_cache_config.kv_cache_groups]
         self.coordinator = CoordinatorView(self, specs)
@@ -127,11 +132,10 @@ class HkvKVCacheManager:
         """Pages for the request's next tokens as vLLM blocks; None (nothing changed) when they do not fit."""
         if num_new_tokens == 0 and num_new_computed_tokens == 0 and num_external_computed_tokens == 0:
             raise ValueError("num_new_tokens must be greater than 0 when there are no computed tokens to adopt")
-        if num_external_computed_tokens or num_encoder_tokens or delay_cache_blocks:
-            raise UnsupportedVllmConfig(feature="kv_connector",
-                                        detail="external (connector) or encoder tokens, delayed caching")
+        if num_encoder_tokens:
+            raise UnsupportedVllmConfig(feature="encoder_tokens", detail="cross-attention (encoder) tokens")
         entry = self._entry(request)
-        computed = request.num_computed_tokens + num_new_computed_tokens
+        computed = request.num_computed_tokens + num_new_computed_tokens + num_external_computed_tokens
         target = min(computed + num_new_tokens + num_lookahead_tokens, self.max_model_len)
         size = self._block_size
         if (entry.acquired and -(-target // size) <= len(entry.blocks[0])
@@ -149,7 +153,10 @@ class HkvKVCacheManager:
         # whole pages, as vLLM allocates whole blocks: hkv's allocation runs to the end of the last block, past
         # the known tokens where it must (slots reserved ahead: drafts, lookahead, async scheduling's next token)
         end = min(-(-target // size) * size, self.hkv.config.max_request_tokens)
-        return self._allocate(entry, end, hit_ids, num_new_computed_tokens)
+        blocks = self._allocate(entry, end, hit_ids, num_new_computed_tokens)
+        if blocks is not None and delay_cache_blocks:
+            entry.loading = True  # an async connector load: its tokens count computed before they are written
+        return blocks
 
     def _allocate(self, entry: Entry, target: int, hit_ids: list[list[int]], hit_tokens: int) -> Any:
         acquiring = not entry.acquired
@@ -217,33 +224,66 @@ class HkvKVCacheManager:
     # ------------------------------------------------------------------ commit and free
 
     def cache_blocks(self, request: Any, num_computed_tokens: int) -> None:
-        """vLLM reports `num_computed_tokens` written: hkv publishes what they complete."""
+        """vLLM reports `num_computed_tokens` written (after a connector's load, the tokens it loaded; after a
+        failed one, the valid prefix): hkv publishes what they complete."""
         entry = self.entries.get(request.request_id)
-        if entry is not None and self.enable_caching:
-            self._sync(entry, request)
-            self._commit_to(entry, num_computed_tokens)
+        if entry is not None:
+            entry.loading = False
+            if self.enable_caching:
+                self._sync(entry, request)
+                self._commit_to(entry, num_computed_tokens)
 
     def free(self, request: Any) -> None:
         """The request finished or was preempted: commit what it computed, release it in hkv."""
         entry = self.entries.get(request.request_id)
         if entry is None:
             return
-        if entry.acquired:
+        if entry.acquired:  # (a load vLLM never confirmed publishes nothing: `_commit_to`)
             self._sync(entry, request)
             self._commit_to(entry, _written(request))
         self._forget(entry)
 
     def pop_blocks_for_free(self, request: Any) -> list[Any]:
-        """Frees at once (the configurations that defer frees are refused): nothing left to free later."""
-        self.free(request)
-        return []
+        """The request is done but a step still in flight may write its blocks: commit what it computed and
+        hand vLLM its blocks; they stay held in hkv until vLLM returns them (`block_pool.free_blocks`)."""
+        entry = self.entries.pop(request.request_id, None)
+        if entry is None:
+            return []
+        if entry.acquired:
+            self._sync(entry, request)
+            self._commit_to(entry, _written(request))
+        blocks = [b for group in entry.blocks for b in group if not b.is_null]
+        if not blocks:
+            self._release(entry)
+            return []
+        self.deferred[tuple(map(id, blocks))] = entry
+        return blocks
+
+    def free_deferred(self, blocks: list[Any]) -> bool:
+        """Release the request whose blocks `pop_blocks_for_free` handed out (in either order); False when
+        these blocks are no such request's."""
+        entry = self.deferred.pop(tuple(map(id, blocks)), None) or self.deferred.pop(
+            tuple(map(id, reversed(blocks))), None)
+        if entry is None:
+            return False
+        self._release(entry)
+        return True
 
     def remove_skipped_blocks(self, request_id: str, processed_computed_tokens: int,
                               num_prompt_tokens: int | None = None) -> None:
         """hkv drops the blocks that leave a window when it commits (`_drop_out_of_window`): nothing here."""
 
     def evict_blocks(self, block_ids: set[int]) -> None:
-        raise UnsupportedVllmConfig(feature="evict_blocks", detail="evicting given blocks (KV connector loads)")
+        """Drop the given blocks from the prefix cache (vLLM asks after a connector reported them unloaded).
+
+        hkv commits a block only once vLLM reports it computed, and vLLM reports a failed load before it
+        reports those tokens computed, so the blocks it names are never in hkv's cache: there is nothing
+        to evict.  A block hkv did publish is refused (UnsupportedVllmConfig), never silently kept."""
+        cached = [i for i in sorted(block_ids) if self._published(i)]
+        if cached:
+            raise UnsupportedVllmConfig(feature="evict_blocks",
+                                        detail=f"evicting blocks {cached} that hkv published (only unpublished "
+                                               "blocks, those of a failed connector load, are served)")
 
     def reset_prefix_cache(self) -> bool:
         """Empty hkv's index (False while a request holds blocks, as vLLM answers)."""
@@ -332,7 +372,7 @@ class HkvKVCacheManager:
         """Commit the tokens vLLM reports computed and hkv knows.  hkv's allocation runs to a block's end or
         to the known tokens, whichever is first; tokens decoded into a block since are first allocated there
         (inside pages the request holds: no page is taken)."""
-        if not entry.acquired:
+        if not entry.acquired or entry.loading:
             return
         computed, allocated, known = self.hkv.request_tokens(entry.rid)
         upto = min(num_computed_tokens, known, allocated)
@@ -354,10 +394,24 @@ class HkvKVCacheManager:
                 first += 1
             entry.live[g] = first
 
+    def _published(self, block_id: int) -> bool:
+        """Whether vLLM block `block_id` is a page hkv published (InvalidArgument for an id of no block)."""
+        if not isinstance(block_id, int) or not 0 <= block_id < self.blocks.num_blocks:
+            raise InvalidArgument(action="evict_blocks", argument="block_ids", value=block_id,
+                                  reason=f"not a block id in [0, {self.blocks.num_blocks})")
+        for group in self.groups:
+            if group.offset < block_id <= group.offset + group.pages:
+                state = self.hkv.pages(group.pool, [block_id - group.offset]).states[0]
+                return state in ("PUBLISHED", "RETIRED")
+        return False  # the null block, or a remainder of the split that no group uses
+
     def _forget(self, entry: Entry) -> None:
+        del self.entries[entry.req_id]
+        self._release(entry)
+
+    def _release(self, entry: Entry) -> None:
         self.blocks.drop(entry)
         self.hkv.release(entry.rid)
-        del self.entries[entry.req_id]
 
 
 def _written(request: Any) -> int:

@@ -30,6 +30,8 @@ class Entry:
     committed: int = 0  # tokens committed in hkv (written and known)
     hit: Hit | None = None
     acquired: bool = False
+    loading: bool = False  # a KV connector is loading tokens into its blocks: nothing is committed until vLLM
+    #                        reports the load's outcome (`cache_blocks`)
     blocks: list[list[Any]] = attrs.field(factory=list)  # per group: the request's KVCacheBlocks, in position order
     live: list[int] = attrs.field(factory=list)  # per group: the first position not yet the null block
 

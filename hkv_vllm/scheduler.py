@@ -5,7 +5,8 @@ or `LLM(..., scheduler_cls="hkv_vllm.Scheduler")`; with `--async-scheduling`,
 `hkv_vllm.AsyncScheduler`.  vLLM's scheduler builds
 its manager itself from a module-level name; this subclass builds it with
 that name bound to `HkvKVCacheManager` (same arguments), under a lock, and
-everything else is vLLM's own scheduling.
+everything else is vLLM's own scheduling, KV connectors included (what the
+manager does with a connector's tokens: docs/vllm.md).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from typing import Any
 from vllm.v1.core.sched import async_scheduler as vllm_async
 from vllm.v1.core.sched import scheduler as vllm_scheduler
 
-from hkv_vllm.errors import UnsupportedVllmConfig
 from hkv_vllm.manager import HkvKVCacheManager
 
 _BUILD_LOCK = threading.Lock()
@@ -40,7 +40,6 @@ class Scheduler(vllm_scheduler.Scheduler):
     """vLLM's v1 Scheduler whose `kv_cache_manager` is an `HkvKVCacheManager`."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        refuse_unserved(kwargs["vllm_config"] if "vllm_config" in kwargs else args[0])
         with manager_class(HkvKVCacheManager):
             super().__init__(*args, **kwargs)
 
@@ -50,12 +49,6 @@ class AsyncScheduler(vllm_async.AsyncScheduler):
     step's slots are reserved ahead of the token the step before it has not sampled yet."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        refuse_unserved(kwargs["vllm_config"] if "vllm_config" in kwargs else args[0])
         with manager_class(HkvKVCacheManager):
             super().__init__(*args, **kwargs)
 
-
-def refuse_unserved(vllm_config: Any) -> None:
-    """UnsupportedVllmConfig, before anything is built, for what the adapter does not serve yet: KV connectors."""
-    if vllm_config.kv_transfer_config is not None:
-        raise UnsupportedVllmConfig(feature="kv_transfer_config", detail="KV connectors (external KV)")

@@ -6,8 +6,9 @@ pool:
 
 - `coordinator.single_type_managers`: one per KV cache group, with its
   `block_size`, `kv_cache_spec`, `kv_cache_group_id`, `req_to_blocks` (the
-  request's blocks, read-only) and `retains_longer_hit` (False: hkv hits are
-  one length for every group).
+  request's blocks, read-only), `num_cached_block` (the request's blocks
+  hkv committed) and `retains_longer_hit` (False: hkv hits are one length
+  for every group).
 - `coordinator.get_num_blocks_to_allocate(...)`: the blocks a request still
   needs for `num_tokens` (what the scheduler's promotion check asks).
 - `coordinator.enable_partial_hash_hits` / `eagle_group_ids` /
@@ -16,9 +17,9 @@ pool:
 - `block_pool.get_num_free_blocks()` / `get_usage()`: blocks of the groups'
   shares no live request holds (hkv's free pages and its evictable cached
   ones, as vLLM counts its free queue), and the share held.
-- `block_pool.free_blocks(blocks)`: the scheduler's deferred frees; the
-  adapter never defers (it refuses the configurations that would), so a
-  non-empty call is an error.
+- `block_pool.free_blocks(blocks)`: the scheduler's deferred frees (async
+  scheduling with a KV connector that receives): the blocks of one request
+  `pop_blocks_for_free` handed out, held in hkv until this call.
 """
 
 from __future__ import annotations
@@ -50,6 +51,14 @@ class GroupView:
         return {req_id: list(entry.blocks[g]) for req_id, entry in self._owner.entries.items()}
 
 
+    @property
+    def num_cached_block(self) -> Mapping[str, int]:
+        """Request id -> how many of its blocks hkv has committed (vLLM: cached when scheduled; hkv: once
+        computed, docs/vllm.md)."""
+        size = self.block_size
+        return {req_id: entry.committed // size for req_id, entry in self._owner.entries.items()}
+
+
 class CoordinatorView:
     """The part of vLLM's KV cache coordinator the scheduler reads."""
 
@@ -73,7 +82,7 @@ class CoordinatorView:
 
 
 class BlockPoolView:
-    """The part of vLLM's block pool the scheduler reads: counts, and deferred frees (never used)."""
+    """The part of vLLM's block pool the scheduler reads: counts, and deferred frees."""
 
     def __init__(self, owner: HkvKVCacheManager) -> None:
         self._owner = owner
@@ -95,8 +104,9 @@ class BlockPoolView:
         return self._owner.blocks.held / max(1, self.capacity)
 
     def free_blocks(self, blocks: Iterable[Any]) -> None:
-        """Deferred frees: the adapter hands out none (`pop_blocks_for_free` frees at once)."""
+        """Deferred frees: the blocks of one request `pop_blocks_for_free` handed out, now written by no step
+        in flight; hkv releases that request."""
         left = list(blocks)
-        if left:
+        if left and not self._owner.free_deferred(left):
             raise InvalidArgument(action="block_pool.free_blocks", argument="blocks", value=left,
-                                  reason="hkv_vllm frees a request's blocks in free(); it deferred none")
+                                  reason="not the blocks of a request whose free hkv_vllm deferred")

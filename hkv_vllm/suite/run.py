@@ -28,7 +28,8 @@ from hkv_vllm.suite.hub_cache import write_hub_cache
 from hkv_vllm.suite.results import Comparison, compare, read_junit
 
 TEST_FILES = ("test_scheduler.py", "test_async_scheduler.py", "test_prefix_caching.py",  # in the release's v1/core
-              "test_prefix_replay.py")
+              "test_prefix_replay.py", "test_deferred_block_free.py", "test_swa_inflight_window_free.py",
+              "test_worker_slot_overflow.py")
 PLUGIN = "hkv_vllm.suite.plugin"
 
 

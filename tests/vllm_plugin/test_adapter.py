@@ -115,18 +115,23 @@ def test_unserved_manager_options_are_refused(kwargs):
         HkvKVCacheManager(kv_config(full()), **args)
 
 
-def test_the_scheduler_refuses_a_kv_connector_before_building():
+def test_the_scheduler_builds_with_a_kv_connector_and_hkvs_manager(tmp_path):
+    from vllm.config import KVTransferConfig
+
     import hkv_vllm
     from hkv_vllm.drive import build_scheduler
+    from hkv_vllm.manager import HkvKVCacheManager
 
     built = build_scheduler(hkv_vllm.Scheduler, num_blocks=64)
     config = built.vllm_config
-    config.kv_transfer_config = object()  # any connector configuration
+    config.scheduler_config.disable_hybrid_kv_cache_manager = True  # ExampleConnector serves one group
+    config.kv_transfer_config = KVTransferConfig(kv_connector="ExampleConnector", kv_role="kv_both",
+                                                 kv_connector_extra_config={"shared_storage_path": str(tmp_path)})
     for cls in (hkv_vllm.Scheduler, hkv_vllm.AsyncScheduler):
-        with pytest.raises(hkv_vllm.UnsupportedVllmConfig) as err:
-            cls(vllm_config=config, kv_cache_config=built.kv_cache_config, block_size=16,
-                structured_output_manager=built.structured_output_manager)
-        assert err.value.feature == "kv_transfer_config"
+        scheduler = cls(vllm_config=config, kv_cache_config=built.kv_cache_config, block_size=16,
+                        structured_output_manager=built.structured_output_manager)
+        assert scheduler.connector is not None
+        assert isinstance(scheduler.kv_cache_manager, HkvKVCacheManager)
 
 
 def serve(m, request, num_computed=None):
