@@ -17,7 +17,8 @@ pool shared by k groups has `share` pages; each page is k vLLM blocks, one
 per group, which always move together (the groups hold the same tokens).
 
 Served: full attention (`FullAttentionSpec`, MLA's `MLAAttentionSpec`) and
-sliding windows (`SlidingWindowSpec`), one block size and one KV shape and
+sliding windows (`SlidingWindowSpec`, MLA's `SlidingWindowMLASpec` without
+bounded replay), one block size and one KV shape and
 dtype for all groups.  Any other spec (Mamba, chunked local, cross
 attention, DeepSeek-V4's compressed groups), or groups differing in block
 size or shape, raise UnsupportedVllmConfig naming the group.
@@ -35,7 +36,7 @@ from hkv_vllm.errors import UnsupportedVllmConfig
 
 TORCH_DTYPES = {"torch.float16": "float16", "torch.bfloat16": "bfloat16", "torch.float32": "float32"}
 PAGE_ALIGNMENT_BYTES = 16  # the smallest hkv accepts: one page is exactly one vLLM block
-SERVED_SPECS = ("FullAttentionSpec", "MLAAttentionSpec", "SlidingWindowSpec")
+SERVED_SPECS = ("FullAttentionSpec", "MLAAttentionSpec", "SlidingWindowSpec", "SlidingWindowMLASpec")
 
 
 @attrs.frozen(kw_only=True)
@@ -123,6 +124,11 @@ def _window(group_id: int, spec: Any) -> int:
         raise UnsupportedVllmConfig(feature=f"kv_cache_groups[{group_id}]",
                                     detail=f"a {kind} group (served: {', '.join(SERVED_SPECS)})")
     if isinstance(spec, SlidingWindowSpec):
+        if getattr(spec, "bounded_replay", False):
+            raise UnsupportedVllmConfig(feature=f"kv_cache_groups[{group_id}]",
+                                        detail="a SlidingWindowMLASpec group with bounded replay (vLLM recomputes "
+                                               "its window after a hit and rebuilds the compressor state from "
+                                               "it; hkv never recomputes a window)")
         if spec.sliding_window < 2:
             raise UnsupportedVllmConfig(feature=f"kv_cache_groups[{group_id}]",
                                         detail=f"a sliding window of {spec.sliding_window} tokens (at least 2)")

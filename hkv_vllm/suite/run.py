@@ -59,13 +59,14 @@ def summary(result: Comparison, vllm_version: str) -> dict[str, Any]:
 
 
 def print_table(result: Comparison) -> None:
-    print(f"{'vLLM test file':<28} {'stock':>12} {'with hkv':>12}")
+    width = max(len("vLLM test file"), *(len(file) for file in result.files))
+    print(f"{'vLLM test file':<{width}} {'stock':>12} {'with hkv':>12}")
     for file in result.files:
         (sp, sn), (hp, hn) = result.stock[file], result.hkv[file]
-        print(f"{file:<28} {f'{sp}/{sn}':>12} {f'{hp}/{hn}':>12}")
+        print(f"{file:<{width}} {f'{sp}/{sn}':>12} {f'{hp}/{hn}':>12}")
     total = [sum(c[i] for c in result.stock.values()) for i in (0, 1)]
     mine = [sum(c[i] for c in result.hkv.values()) for i in (0, 1)]
-    print(f"{'all':<28} {f'{total[0]}/{total[1]}':>12} {f'{mine[0]}/{mine[1]}':>12}")
+    print(f"{'all':<{width}} {f'{total[0]}/{total[1]}':>12} {f'{mine[0]}/{mine[1]}':>12}")
     print("\nfailing only with hkv, by reason:")
     for kind, count in sorted(result.classes.items(), key=lambda kv: -kv[1]):
         print(f"  {count:>4}  {kind}")

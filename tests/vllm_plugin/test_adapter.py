@@ -57,6 +57,25 @@ def sliding(window, block_size=16):
                              sliding_window=window)
 
 
+def sliding_mla(window, bounded_replay=False):
+    import torch
+    from vllm.v1.kv_cache_interface import SlidingWindowMLASpec
+
+    return SlidingWindowMLASpec(block_size=16, num_kv_heads=1, head_size=576, dtype=torch.bfloat16,
+                                sliding_window=window, bounded_replay=bounded_replay)
+
+
+def test_an_mla_sliding_window_group_without_replay_is_a_window():
+    import torch
+    from vllm.v1.kv_cache_interface import MLAAttentionSpec
+
+    from hkv_vllm.layout import layout_from_kv_cache_config
+    mla = MLAAttentionSpec(block_size=16, num_kv_heads=1, head_size=576, dtype=torch.bfloat16)
+    got = layout_from_kv_cache_config(kv_config(mla, sliding_mla(128)))
+    assert [g.window for g in got.groups] == [0, 128]
+    assert got.layout.group(got.groups[1].pool.split(".")[0]).window_tokens == 128
+
+
 def mamba():
     import torch
     from vllm.v1.kv_cache_interface import MambaSpec
@@ -81,6 +100,7 @@ def test_hybrid_groups_share_pools_by_spec_and_split_the_block_ids():
 
 @pytest.mark.parametrize(("specs", "feature", "match"), [
     (lambda: (full(), mamba()), "kv_cache_groups[1]", "MambaSpec"),
+    (lambda: (sliding_mla(128, bounded_replay=True),), "kv_cache_groups[0]", "bounded replay"),
     (lambda: (full(), sliding(64, block_size=32)), "kv_cache_groups[1]", "block_size 32"),
     (lambda: (full(sliding_window=128),), "kv_cache_groups[0]", "sliding-window or chunked"),
     (lambda: (full(dtype="int8"),), "kv_cache_dtype", "int8"),
