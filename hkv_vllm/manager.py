@@ -271,7 +271,12 @@ class HkvKVCacheManager:
 
     def remove_skipped_blocks(self, request_id: str, processed_computed_tokens: int,
                               num_prompt_tokens: int | None = None) -> None:
-        """hkv drops the blocks that leave a window when it commits (`_drop_out_of_window`): nothing here."""
+        """vLLM reports `processed_computed_tokens` written (no step in flight writes or reads below them;
+        before it hands a finished request's blocks to a KV connector): hkv commits them, which drops the
+        blocks that left a window (`_drop_out_of_window`), so the connector is handed the null block there."""
+        entry = self.entries.get(request_id)
+        if entry is not None:
+            self._commit_to(entry, processed_computed_tokens)
 
     def evict_blocks(self, block_ids: set[int]) -> None:
         """Drop the given blocks from the prefix cache (vLLM asks after a connector reported them unloaded).

@@ -20,12 +20,21 @@ pool:
 - `block_pool.free_blocks(blocks)`: the scheduler's deferred frees (async
   scheduling with a KV connector that receives): the blocks of one request
   `pop_blocks_for_free` handed out, held in hkv until this call.
+- `block_pool.blocks`: every block by id (a tuple: `ref_cnt` is the live
+  requests holding it; `block_hash` is never set, hkv keys blocks itself).
+- `block_pool.null_block`, a group's `_null_block`: the null block (id 0),
+  which takes an out-of-window block's place in a request's list.
+- `block_pool.free_block_queue.num_free_blocks`: `get_num_free_blocks()`.
+  The queue's order (vLLM's eviction order) is not modelled: hkv evicts by
+  its own policy.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
+
+import attrs
 
 from hkv_core.errors import InvalidArgument
 from hkv_vllm.layout import GroupPool
@@ -43,6 +52,11 @@ class GroupView:
     def __init__(self, owner: HkvKVCacheManager, group: GroupPool, spec: Any) -> None:
         self._owner, self.kv_cache_group_id, self.block_size = owner, group.group_id, group.block_size
         self.kv_cache_spec = spec
+
+    @property
+    def _null_block(self) -> Any:
+        """The null block, which replaces a block that left the group's window."""
+        return self._owner.blocks.null
 
     @property
     def req_to_blocks(self) -> Mapping[str, list[Any]]:
@@ -88,6 +102,19 @@ class BlockPoolView:
         self._owner = owner
 
     @property
+    def blocks(self) -> tuple[Any, ...]:
+        """Every vLLM block by id, read-only (the null block first)."""
+        return tuple(self._owner.blocks.by_id)
+
+    @property
+    def null_block(self) -> Any:
+        return self._owner.blocks.null
+
+    @property
+    def free_block_queue(self) -> FreeQueueView:
+        return FreeQueueView(self)
+
+    @property
     def num_gpu_blocks(self) -> int:
         return self._owner.blocks.num_blocks
 
@@ -110,3 +137,14 @@ class BlockPoolView:
         if left and not self._owner.free_deferred(left):
             raise InvalidArgument(action="block_pool.free_blocks", argument="blocks", value=left,
                                   reason="not the blocks of a request whose free hkv_vllm deferred")
+
+
+@attrs.frozen
+class FreeQueueView:
+    """vLLM's free-block queue as far as hkv models it: how many blocks are free (not their order)."""
+
+    pool: BlockPoolView
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.pool.get_num_free_blocks()

@@ -11,7 +11,8 @@ reason class, read off its failure message:
 - `asserts a vLLM block id`: the test compares block ids or block objects,
   which hkv hands out in its own order;
 - a known difference (`KNOWN_DIFFERENCES`, each read and explained in
-  docs/vllm.md): above all `visibility`, a test that expects a block to be
+  docs/vllm.md): `vLLM's block hashes` (the test compares a block's hash
+  with vLLM's own hash function), and above all `visibility`, a test that expects a block to be
   a hit (or an event) right after `allocate_slots`, before anything reports
   its tokens computed - hkv caches a block once it is computed;
 - `behaviour difference`: anything else (what is scheduled, computed-token
@@ -27,11 +28,12 @@ from pathlib import Path
 
 import attrs
 
-INTERNAL_VIEWS = ("BlockPoolView", "CoordinatorView", "GroupView", "HkvKVCacheManager")
+INTERNAL_VIEWS = ("BlockPoolView", "CoordinatorView", "FreeQueueView", "GroupView", "HkvKVCacheManager")
 UNSUPPORTED = re.compile(r"UnsupportedVllmConfig: vLLM config: ([A-Za-z_\[\]0-9]+):")
 BLOCK_ID_HINTS = ("KVCacheBlock(", "block_id", "get_block_ids", "blocks[", "req_to_blocks")
 INTERNALS = "reads vLLM internals"
 VISIBILITY = "visibility: expects a block cached when allocated (hkv: once computed)"
+BLOCK_HASHES = "vLLM's block hashes: compares a block's block_hash with vLLM's hash (hkv keys blocks itself)"
 KNOWN_DIFFERENCES = {  # test (without parameters) -> the reason it fails with hkv, read from the test
     "test_kv_cache_events": VISIBILITY,
     "test_kv_connector_basic": VISIBILITY,  # counts a request's cached blocks right after scheduling
@@ -48,6 +50,8 @@ KNOWN_DIFFERENCES = {  # test (without parameters) -> the reason it fails with h
     "test_eagle_with_partial_blocks": VISIBILITY,
     "test_eagle_with_sliding_window": VISIBILITY,
     "test_pure_swa_retention_interval_caches_sparse_tails": INTERNALS,  # asserts vLLM's coordinator class
+    "test_prefill": BLOCK_HASHES,  # block_pool.blocks[i].block_hash == vLLM's hash_block_tokens(...)
+    "test_prefill_plp": BLOCK_HASHES,
     "test_mm_prefix_caching": "token ids: the test's placeholder tokens are -1, outside hkv's [0, 2**31)",
     "test_positive_retention_rejects_full_attention": "a vLLM option the adapter ignores (retention_interval)",
 }

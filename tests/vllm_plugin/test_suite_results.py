@@ -1,6 +1,6 @@
 """The vLLM suite's reason classes: a refusal wins over a known difference, unknown failures stay visible."""
 
-from hkv_vllm.suite.results import INTERNALS, VISIBILITY, Outcome, compare, reason_class
+from hkv_vllm.suite.results import BLOCK_HASHES, INTERNALS, VISIBILITY, Outcome, compare, reason_class
 
 REFUSED = "hkv_vllm.errors.UnsupportedVllmConfig: vLLM config: kv_cache_groups[1]: not supported: a MambaSpec"
 
@@ -11,6 +11,9 @@ def test_a_refusal_is_classed_by_feature_even_for_a_known_test():
     assert reason_class("assert 0 == 48", "test_prefill_hybrid_model_combinations[2g-full+sw]") == VISIBILITY
     assert reason_class("assert 'CoordinatorView' == 'X'", "test_pure_swa_retention_interval_caches_sparse_tails") \
         == INTERNALS
+    assert reason_class("AttributeError: 'FreeQueueView' object has no attribute 'get_all_free_blocks'",
+                        "test_evict") == INTERNALS
+    assert reason_class("assert None is not None", "test_prefill[sha256]") == BLOCK_HASHES
 
 
 def test_an_unexplained_failure_is_a_behaviour_difference_listed_by_name():
