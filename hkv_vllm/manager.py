@@ -138,7 +138,7 @@ class HkvKVCacheManager:
         computed = request.num_computed_tokens + num_new_computed_tokens + num_external_computed_tokens
         target = min(computed + num_new_tokens + num_lookahead_tokens, self.max_model_len)
         size = self._block_size
-        if (entry.acquired and -(-target // size) <= len(entry.blocks[0])
+        if (entry.acquired and not num_external_computed_tokens and -(-target // size) <= len(entry.blocks[0])
                 and _written(request) // size <= entry.committed // size):
             return self.empty_kv_cache_blocks  # pages cover it, no block completed: hkv is asked nothing
         self._sync(entry, request)
@@ -156,6 +156,10 @@ class HkvKVCacheManager:
         blocks = self._allocate(entry, end, hit_ids, num_new_computed_tokens)
         if blocks is not None and delay_cache_blocks:
             entry.loading = True  # an async connector load: its tokens count computed before they are written
+        elif blocks is not None and num_external_computed_tokens:  # a sync load: vLLM counts its tokens computed
+            # now, written only once the step that loads them is reported (under async scheduling the next
+            # step is scheduled, and this request's tokens counted written, before that)
+            entry.unconfirmed = (computed - num_external_computed_tokens, computed + num_new_tokens)
         return blocks
 
     def _allocate(self, entry: Entry, target: int, hit_ids: list[list[int]], hit_tokens: int) -> Any:
@@ -231,7 +235,7 @@ class HkvKVCacheManager:
             entry.loading = False
             if self.enable_caching:
                 self._sync(entry, request)
-                self._commit_to(entry, num_computed_tokens)
+                self._commit_to(entry, min(num_computed_tokens, _written(request)))
 
     def free(self, request: Any) -> None:
         """The request finished or was preempted: commit what it computed, release it in hkv."""
@@ -246,27 +250,30 @@ class HkvKVCacheManager:
     def pop_blocks_for_free(self, request: Any) -> list[Any]:
         """The request is done but a step still in flight may write its blocks: commit what it computed and
         hand vLLM its blocks; they stay held in hkv until vLLM returns them (`block_pool.free_blocks`)."""
-        entry = self.entries.pop(request.request_id, None)
+        entry = self.entries.get(request.request_id)
         if entry is None:
             return []
-        if entry.acquired:
+        if entry.acquired:  # (first: a call that raises leaves the entry where it was)
             self._sync(entry, request)
             self._commit_to(entry, _written(request))
         blocks = [b for group in entry.blocks for b in group if not b.is_null]
         if not blocks:
-            self._release(entry)
+            self._forget(entry)
             return []
+        del self.entries[request.request_id]
         self.deferred[tuple(map(id, blocks))] = entry
         return blocks
 
     def free_deferred(self, blocks: list[Any]) -> bool:
         """Release the request whose blocks `pop_blocks_for_free` handed out (in either order); False when
         these blocks are no such request's."""
-        entry = self.deferred.pop(tuple(map(id, blocks)), None) or self.deferred.pop(
-            tuple(map(id, reversed(blocks))), None)
+        key = tuple(map(id, blocks))
+        key = key if key in self.deferred else key[::-1]
+        entry = self.deferred.get(key)
         if entry is None:
             return False
-        self._release(entry)
+        self._release(entry)  # (first: a call that raises leaves the request deferred)
+        del self.deferred[key]
         return True
 
     def remove_skipped_blocks(self, request_id: str, processed_computed_tokens: int,
@@ -367,11 +374,13 @@ class HkvKVCacheManager:
         return entry
 
     def _sync(self, entry: Entry, request: Any) -> None:
-        """Give hkv the request's verified tokens it lacks (decode outputs)."""
+        """Give hkv the request's written tokens it lacks (decode outputs).  Only written ones: vLLM may still
+        replace a token past them (a streaming session drops its last sampled token for the next input)."""
         tokens = request.all_token_ids
-        if len(tokens) > entry.known:
-            self.hkv.append_tokens(entry.rid, list(tokens[entry.known:]))
-            entry.known = len(tokens)
+        upto = min(len(tokens), _written(request))
+        if upto > entry.known:
+            self.hkv.append_tokens(entry.rid, list(tokens[entry.known:upto]))
+            entry.known = upto
 
     def _commit_to(self, entry: Entry, num_computed_tokens: int) -> None:
         """Commit the tokens vLLM reports computed and hkv knows.  hkv's allocation runs to a block's end or
@@ -379,6 +388,12 @@ class HkvKVCacheManager:
         (inside pages the request holds: no page is taken)."""
         if not entry.acquired or entry.loading:
             return
+        if entry.unconfirmed is not None:  # a sync load: nothing of it until its step is reported written
+            first, end = entry.unconfirmed
+            if num_computed_tokens >= end:
+                entry.unconfirmed = None
+            else:
+                num_computed_tokens = min(num_computed_tokens, first)
         computed, allocated, known = self.hkv.request_tokens(entry.rid)
         upto = min(num_computed_tokens, known, allocated)
         if upto > computed:
@@ -411,12 +426,12 @@ class HkvKVCacheManager:
         return False  # the null block, or a remainder of the split that no group uses
 
     def _forget(self, entry: Entry) -> None:
-        del self.entries[entry.req_id]
         self._release(entry)
+        del self.entries[entry.req_id]
 
     def _release(self, entry: Entry) -> None:
+        self.hkv.release(entry.rid)  # first: when it raises, the blocks stay counted and the entry stays
         self.blocks.drop(entry)
-        self.hkv.release(entry.rid)
 
 
 def _written(request: Any) -> int:

@@ -32,6 +32,8 @@ class Entry:
     acquired: bool = False
     loading: bool = False  # a KV connector is loading tokens into its blocks: nothing is committed until vLLM
     #                        reports the load's outcome (`cache_blocks`)
+    unconfirmed: tuple[int, int] | None = None  # a synchronous connector load: (its first token, the end of the
+    #                        step that loads it); commits stop at the first until vLLM reports the step written
     blocks: list[list[Any]] = attrs.field(factory=list)  # per group: the request's KVCacheBlocks, in position order
     live: list[int] = attrs.field(factory=list)  # per group: the first position not yet the null block
 

@@ -123,3 +123,60 @@ def test_a_deferred_free_holds_the_blocks_until_vllm_returns_them():
     assert m.block_pool.get_num_free_blocks() == free_before + 5
     with pytest.raises(InvalidArgument):
         m.block_pool.free_blocks(blocks)  # twice
+
+
+def test_a_sync_load_is_no_hit_while_its_step_is_in_flight_under_async_scheduling():
+    from hkv_vllm.drive import make_request
+
+    m = manager()
+    serve(m, make_request("first", PROMPT[:33], max_tokens=1))  # hkv caches two blocks
+    request = start_load(m, local=32, external=32, delay=False)
+    request.num_computed_tokens = len(PROMPT)  # step n scheduled: vLLM counts all 80 computed...
+    request.num_in_flight_tokens = 16  # ...its 16 new tokens in flight; the load's 32 count written already
+    m.allocate_slots(request, 1)  # async scheduling: step n+1 is scheduled before step n's output
+    assert probe(m) == 32  # the load is not confirmed: vLLM may yet report its blocks invalid
+    request.num_computed_tokens = 48  # it did: vLLM truncates to the valid prefix and recomputes the rest
+    request.num_in_flight_tokens = 0
+    m.cache_blocks(request, 48)
+    assert probe(m) == 32
+    request.num_computed_tokens = len(PROMPT)  # recomputed
+    m.free(request)
+    assert probe(m) == 80
+
+
+def test_broken_variant_committing_a_sync_load_on_vllms_count_publishes_unconfirmed_blocks(monkeypatch):
+    from hkv_vllm.requests import Entry
+
+    monkeypatch.setattr(Entry, "unconfirmed", property(lambda self: None, lambda self, value: None))
+    m = manager()
+    request = start_load(m, local=0, external=64, delay=False)
+    request.num_computed_tokens, request.num_in_flight_tokens = len(PROMPT), 16
+    m.allocate_slots(request, 1)
+    assert probe(m) == 64  # a load vLLM may still report failed is a hit for another request
+
+
+def test_a_freed_request_whose_hkv_release_fails_is_kept_whole(monkeypatch):
+    from hkv_core.errors import InvalidArgument
+    from hkv_vllm.drive import make_request
+
+    m = manager()
+    request = make_request("a", PROMPT, max_tokens=1)
+    m.get_computed_blocks(request)
+    m.allocate_slots(request, len(PROMPT))
+    request.num_computed_tokens = len(PROMPT)
+    held = m.block_pool.get_num_free_blocks()
+
+    def failing(rid):
+        raise InvalidArgument(action="release", argument="rid", value=rid, reason="injected")
+
+    monkeypatch.setattr(m.hkv, "release", failing)
+    with pytest.raises(InvalidArgument):
+        m.free(request)
+    assert "a" in m.entries and m.block_pool.get_num_free_blocks() == held  # nothing half-done
+    blocks = m.pop_blocks_for_free(request)  # deferred: nothing released yet
+    with pytest.raises(InvalidArgument):
+        m.block_pool.free_blocks(blocks)
+    assert len(m.deferred) == 1 and m.block_pool.get_num_free_blocks() == held  # still deferred, still held
+    monkeypatch.undo()
+    m.block_pool.free_blocks(blocks)
+    assert not m.entries and not m.deferred and m.block_pool.get_num_free_blocks() == held + 5

@@ -83,3 +83,22 @@ def test_broken_variant_dropping_below_the_computed_tokens_frees_blocks_a_step_i
     allocated(m)
     m.remove_skipped_blocks("r", 0)
     assert nulls(m, "r") == 4  # the prefill in flight would read blocks vLLM may hand to another request
+
+
+def test_hkv_is_given_only_written_tokens_so_a_streaming_session_can_replace_its_last_sampled_one():
+    from hkv_vllm.drive import make_request
+
+    m = manager()
+    request = make_request("s", list(range(31)), max_tokens=4)
+    m.get_computed_blocks(request)
+    m.allocate_slots(request, 31)
+    request.num_computed_tokens = 31
+    request.append_output_token_ids(7)  # sampled, not yet written
+    m.allocate_slots(request, 1)
+    assert m.hkv.request_tokens(m.entries["s"].rid)[2] == 31  # hkv knows the 31 written, not the sampled 7
+    del request._all_token_ids[31:]  # vLLM's session update: the last sampled token is dropped,
+    request._all_token_ids.extend([100, 101])  # the next input follows
+    request.num_computed_tokens = 33
+    m.free(request)
+    other = make_request("o", list(range(31)) + [100, 101, 5], max_tokens=1)
+    assert m.get_computed_blocks(other)[1] == 32  # keyed on the tokens vLLM wrote: 0..30, 100
