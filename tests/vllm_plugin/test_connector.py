@@ -104,8 +104,8 @@ def test_evicting_a_published_block_or_no_block_is_refused():
     assert m.hkv.snapshot() == before
 
 
-def test_a_deferred_free_holds_the_blocks_until_vllm_returns_them():
-    from hkv_core.errors import InvalidArgument
+def computed_request():
+    """A manager and request "a" holding PROMPT's five blocks, every token computed."""
     from hkv_vllm.drive import make_request
 
     m = manager()
@@ -113,6 +113,13 @@ def test_a_deferred_free_holds_the_blocks_until_vllm_returns_them():
     m.get_computed_blocks(request)
     m.allocate_slots(request, len(PROMPT))
     request.num_computed_tokens = len(PROMPT)
+    return m, request
+
+
+def test_a_deferred_free_holds_the_blocks_until_vllm_returns_them():
+    from hkv_core.errors import InvalidArgument
+
+    m, request = computed_request()
     free_before = m.block_pool.get_num_free_blocks()
     blocks = m.pop_blocks_for_free(request)
     assert len(blocks) == 5 and m.block_pool.get_num_free_blocks() == free_before  # still held: a step may write
@@ -157,13 +164,8 @@ def test_broken_variant_committing_a_sync_load_on_vllms_count_publishes_unconfir
 
 def test_a_freed_request_whose_hkv_release_fails_is_kept_whole(monkeypatch):
     from hkv_core.errors import InvalidArgument
-    from hkv_vllm.drive import make_request
 
-    m = manager()
-    request = make_request("a", PROMPT, max_tokens=1)
-    m.get_computed_blocks(request)
-    m.allocate_slots(request, len(PROMPT))
-    request.num_computed_tokens = len(PROMPT)
+    m, request = computed_request()
     held = m.block_pool.get_num_free_blocks()
 
     def failing(rid):
