@@ -154,12 +154,12 @@ class HkvKVCacheManager:
         # the known tokens where it must (slots reserved ahead: drafts, lookahead, async scheduling's next token)
         end = min(-(-target // size) * size, self.hkv.config.max_request_tokens)
         blocks = self._allocate(entry, end, hit_ids, num_new_computed_tokens)
-        if blocks is not None and delay_cache_blocks:
-            entry.loading = True  # an async connector load: its tokens count computed before they are written
-        elif blocks is not None and num_external_computed_tokens:  # a sync load: vLLM counts its tokens computed
-            # now, written only once the step that loads them is reported (under async scheduling the next
-            # step is scheduled, and this request's tokens counted written, before that)
-            entry.unconfirmed = (computed - num_external_computed_tokens, computed + num_new_tokens)
+        if blocks is not None and (delay_cache_blocks or num_external_computed_tokens):
+            # a connector's load: vLLM counts its tokens computed now.  An async one is written when vLLM reports
+            # it (`cache_blocks`); a sync one once the step that loads it is reported written (under async
+            # scheduling the next step is scheduled, and the load counted written, before that)
+            entry.unconfirmed = (computed - num_external_computed_tokens,
+                                 None if delay_cache_blocks else computed + num_new_tokens)
         return blocks
 
     def _allocate(self, entry: Entry, target: int, hit_ids: list[list[int]], hit_tokens: int) -> Any:
@@ -232,7 +232,8 @@ class HkvKVCacheManager:
         failed one, the valid prefix): hkv publishes what they complete."""
         entry = self.entries.get(request.request_id)
         if entry is not None:
-            entry.loading = False
+            if entry.unconfirmed is not None and entry.unconfirmed[1] is None:
+                entry.unconfirmed = None  # an async load's outcome (a sync load is confirmed by its step alone)
             if self.enable_caching:
                 self._sync(entry, request)
                 self._commit_to(entry, min(num_computed_tokens, _written(request)))
@@ -386,11 +387,11 @@ class HkvKVCacheManager:
         """Commit the tokens vLLM reports computed and hkv knows.  hkv's allocation runs to a block's end or
         to the known tokens, whichever is first; tokens decoded into a block since are first allocated there
         (inside pages the request holds: no page is taken)."""
-        if not entry.acquired or entry.loading:
+        if not entry.acquired:
             return
-        if entry.unconfirmed is not None:  # a sync load: nothing of it until its step is reported written
+        if entry.unconfirmed is not None:  # a connector's load: nothing of it until vLLM confirms it written
             first, end = entry.unconfirmed
-            if num_computed_tokens >= end:
+            if end is not None and num_computed_tokens >= end:
                 entry.unconfirmed = None
             else:
                 num_computed_tokens = min(num_computed_tokens, first)

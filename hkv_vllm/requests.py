@@ -30,10 +30,9 @@ class Entry:
     committed: int = 0  # tokens committed in hkv (written and known)
     hit: Hit | None = None
     acquired: bool = False
-    loading: bool = False  # a KV connector is loading tokens into its blocks: nothing is committed until vLLM
-    #                        reports the load's outcome (`cache_blocks`)
-    unconfirmed: tuple[int, int] | None = None  # a synchronous connector load: (its first token, the end of the
-    #                        step that loads it); commits stop at the first until vLLM reports the step written
+    unconfirmed: tuple[int, int | None] | None = None  # a KV connector's load into the request's blocks: (its
+    #     first token, the written count that confirms it); commits stop at its first token until then.  None as
+    #     the count: an async load, confirmed only by vLLM's report of its outcome (`cache_blocks`)
     blocks: list[list[Any]] = attrs.field(factory=list)  # per group: the request's KVCacheBlocks, in position order
     live: list[int] = attrs.field(factory=list)  # per group: the first position not yet the null block
 
@@ -48,7 +47,7 @@ class Blocks:
     def __init__(self, num_blocks: int, groups: int) -> None:
         from vllm.v1.core.kv_cache_utils import KVCacheBlock
 
-        self.by_id = [KVCacheBlock(block_id=i) for i in range(num_blocks)]
+        self.by_id = tuple(KVCacheBlock(block_id=i) for i in range(num_blocks))  # fixed: blocks change, ids not
         self.by_id[0].is_null = True
         self.null = self.by_id[0]
         self.held = 0  # blocks (not the null block) with ref_cnt > 0

@@ -104,7 +104,7 @@ class BlockPoolView:
     @property
     def blocks(self) -> tuple[Any, ...]:
         """Every vLLM block by id, read-only (the null block first)."""
-        return tuple(self._owner.blocks.by_id)
+        return self._owner.blocks.by_id
 
     @property
     def null_block(self) -> Any:
