@@ -32,7 +32,9 @@ class Layout:
     cached token: for V4 and MLA one latent of ``head_dim`` values (MLA:
     ``kv_lora_rank + qk_rope_head_dim``), else K and V per KV head.
     ``window_tokens`` is the model's largest sliding window (0: none).  Built
-    only by ``from_hf_config`` / ``from_preset`` after full validation.
+    only by ``from_hf_config`` / ``from_preset`` / ``from_layer_windows``, or
+    by ``hkv_core.layout.engine_layout`` for an engine's own cache groups,
+    after full validation.
     """
 
     name: str

@@ -1,0 +1,83 @@
+"""`engine_layout`: an engine's own cache groups (vLLM's KV cache groups) as an hkv layout, each group its own
+block size, dtype and KV shape."""
+
+import pytest
+
+from hkv_core.errors import ConfigError
+from hkv_core.layout import EngineGroup, engine_layout
+from hkv_core.manager import CacheManager, ManagerConfig
+
+
+def group(window=0, page=8, dtype="fp32", heads=1, dim=4):
+    return EngineGroup(window_tokens=window, tokens_per_page=page, kv_dtype=dtype, num_kv_heads=heads, head_dim=dim)
+
+
+def build(groups, block=8):
+    return engine_layout(groups, name="e", block_tokens=block, alignment_bytes=16, source="test")
+
+
+def test_groups_of_one_geometry_share_a_pool_and_the_others_get_their_own():
+    layout, pools = build([group(page=32, dtype="fp16"), group(window=8), group(page=32, dtype="fp16"),
+                           group(window=16), group(page=16, heads=2)])
+    assert pools == ("full0.compressed_kv", "swa0.swa_window", "full0.compressed_kv", "swa1.swa_window",
+                     "full1.compressed_kv")
+    by_name = {p.name: p for p in layout.pools}
+    assert {n: (p.tokens_per_page, p.dtype, p.entry_shape, p.layer_count) for n, p in by_name.items()} == {
+        "full0.compressed_kv": (32, "fp16", (2, 1, 4), 2), "swa0.swa_window": (8, "fp32", (2, 1, 4), 1),
+        "swa1.swa_window": (8, "fp32", (2, 1, 4), 1), "full1.compressed_kv": (16, "fp32", (2, 2, 4), 1)}
+    # bytes per page, computed by hand: tokens x (K and V) x heads x dim x dtype bytes
+    assert [by_name[n].page_bytes for n in ("full0.compressed_kv", "swa0.swa_window", "full1.compressed_kv")] == [
+        32 * 2 * 1 * 4 * 2, 8 * 2 * 1 * 4 * 4, 16 * 2 * 2 * 4 * 4]
+    assert {g.name: g.window_tokens for g in layout.groups} == {"full0": 0, "swa0": 8, "swa1": 16, "full1": 0}
+    assert layout.model_type == "engine" and layout.block_tokens == 8 and layout.window_tokens == 16
+
+
+def test_one_group_of_each_kind_keeps_the_plain_names():
+    layout, pools = build([group(page=16), group(window=32)])
+    assert pools == ("full.compressed_kv", "swa.swa_window")
+
+
+def test_hits_land_where_every_pages_end_or_anywhere_with_partial_copies():
+    layout, pools = build([group(page=32), group(window=8)])
+    for partial, want in ((False, 64), (True, 88)):
+        m = CacheManager(layout, ManagerConfig(pool_pages={p: 40 for p in set(pools)}, max_requests=4,
+                                               max_request_tokens=512, retain_every_blocks=1,
+                                               allow_partial_page_copy=partial))
+        rid = m.add_request(list(range(88)))
+        m.allocate(rid, 88)
+        m.commit(rid, 88)
+        m.release(rid)
+        hit = m.match(m.add_request(list(range(88)) + [5]))
+        assert hit.tokens == want, (partial, hit.codes)
+        assert len(hit.pages["full.compressed_kv"]) == -(-want // 32)
+        assert len(hit.pages["swa.swa_window"]) == 1  # an 8-token window before the point: one block
+
+
+@pytest.mark.parametrize(("groups", "key", "words"), [
+    ([group(page=12)], "groups[0]", "whole number of hkv blocks"),
+    ([group(page=8), group(window=16, page=16)], "groups[1]", "one hkv block"),
+    ([group(window=1)], "groups[0]", "window_tokens"),
+    ([group(dtype="fp8")], "groups[0]", "kv_dtype"),
+    ([group(heads=0)], "groups[0].num_kv_heads", "must be an int"),
+    ([group(page=True)], "groups[0].tokens_per_page", "must be an int"),
+    ([], "groups", "1 to"),
+    (["full"], "groups[0]", "EngineGroup"),
+])
+def test_a_group_hkv_cannot_hold_is_refused_by_name(groups, key, words):
+    with pytest.raises(ConfigError) as err:
+        build(groups)
+    assert err.value.key == key and words in str(err.value)
+
+
+def test_a_page_that_alignment_would_widen_is_refused():
+    with pytest.raises(ConfigError) as err:
+        engine_layout([group(page=8, dim=1, dtype="fp16")], name="e", block_tokens=8, alignment_bytes=64,
+                      source="test")  # 8 tokens x 4 bytes = 32 bytes, not a multiple of 64
+    assert err.value.key == "groups[0]" and "alignment_bytes" in str(err.value)
+
+
+@pytest.mark.parametrize("block", [0, 1 << 20, 2.0])
+def test_block_tokens_out_of_bounds_is_refused(block):
+    with pytest.raises(ConfigError) as err:
+        build([group()], block=block)
+    assert err.value.key == "block_tokens"
