@@ -9,6 +9,7 @@ benchmarks/bench_vllm_scheduler.py.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -29,9 +30,12 @@ class Step:
 
 def build_scheduler(scheduler_cls: type, *, num_blocks: int, block_size: int = 16, max_num_seqs: int = 16,
                     max_num_batched_tokens: int = 8192, max_model_len: int = 2048,
-                    enable_prefix_caching: bool = True, windows: tuple[int, ...] = (0,)) -> Any:
+                    enable_prefix_caching: bool = True, windows: tuple[int, ...] = (0,),
+                    block_sizes: tuple[int, ...] | None = None) -> Any:
     """A vLLM scheduler of class `scheduler_cls` over `num_blocks` blocks and one KV cache group per entry of
-    `windows`: 0 a full-attention group, else a sliding-window group of that many tokens."""
+    `windows`: 0 a full-attention group, else a sliding-window group of that many tokens.  `block_sizes` gives
+    each group its own block size (default `block_size` for all); vLLM then schedules in blocks of their LCM
+    and hashes in blocks of `block_size`, which must divide them all."""
     import torch
     from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
@@ -47,12 +51,15 @@ def build_scheduler(scheduler_cls: type, *, num_blocks: int, block_size: int = 1
                         enable_prefix_caching=enable_prefix_caching)
     cache.num_gpu_blocks = num_blocks
     config = VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache)
-    shape = dict(block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32)
-    specs = [SlidingWindowSpec(**shape, sliding_window=w) if w else FullAttentionSpec(**shape) for w in windows]
+    sizes = block_sizes or (block_size,) * len(windows)
+    shape = dict(num_kv_heads=1, head_size=1, dtype=torch.float32)
+    specs = [SlidingWindowSpec(**shape, block_size=b, sliding_window=w) if w
+             else FullAttentionSpec(**shape, block_size=b) for w, b in zip(windows, sizes, strict=True)]
     kv = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
                        kv_cache_groups=[KVCacheGroupSpec([f"layer{i}"], s) for i, s in enumerate(specs)])
     register_all_kvcache_specs(config)
-    return scheduler_cls(vllm_config=config, kv_cache_config=kv, block_size=block_size, log_stats=True,
+    return scheduler_cls(vllm_config=config, kv_cache_config=kv, block_size=math.lcm(*sizes),
+                         hash_block_size=block_size, log_stats=True,
                          structured_output_manager=StructuredOutputManager(config))
 
 

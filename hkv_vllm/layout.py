@@ -6,22 +6,27 @@ table per request; every group draws its block ids from one shared pool of
 `num_blocks` (block 0 is vLLM's null block), and one block id is in one group
 at a time (the groups share the KV tensors).
 
-The adapter gives each vLLM group one layer of an hkv `gpt_oss`-style layout
-(`Layout.from_layer_windows`: full attention, or a sliding window of the
-group's size), so groups of one spec share one hkv pool, with one hkv page
-per vLLM block (`tokens_per_page == block_size`).  It splits vLLM's block ids
-evenly between the groups: group g holds the ids `offset[g] + 1 ..
-offset[g] + share`, and hkv's page p of the group's pool is vLLM block
-`offset[g] + p` in that group (hkv's NULL page 0 is vLLM's null block 0).  A
-pool shared by k groups has `share` pages; each page is k vLLM blocks, one
-per group, which always move together (the groups hold the same tokens).
+The adapter gives each vLLM group one layer of an hkv layout built from the
+groups' own geometry (`hkv_core.layout.engine_layout`: full attention, or a
+sliding window of the group's size, each with the group's block size, dtype
+and KV shape), so groups of one geometry share one hkv pool, with one hkv
+page per vLLM block (`tokens_per_page == block_size`).  hkv's block, the
+unit it keys and commits, is vLLM's hash block: every group's block is a
+whole number of them (a sliding window's exactly one), and hits land where
+every group's blocks end (the LCM of the block sizes), as in vLLM.  It splits
+vLLM's block ids evenly between the groups: group g holds the ids
+`offset[g] + 1 .. offset[g] + share`, and hkv's page p of the group's pool is
+vLLM block `offset[g] + p` in that group (hkv's NULL page 0 is vLLM's null
+block 0).  A pool shared by k groups has `share` pages; each page is k vLLM
+blocks, one per group, which always move together (the groups hold the same
+tokens).
 
 Served: full attention (`FullAttentionSpec`, MLA's `MLAAttentionSpec`) and
 sliding windows (`SlidingWindowSpec`, MLA's `SlidingWindowMLASpec` without
-bounded replay), one block size and one KV shape and
-dtype for all groups.  Any other spec (Mamba, chunked local, cross
-attention, DeepSeek-V4's compressed groups), or groups differing in block
-size or shape, raise UnsupportedVllmConfig naming the group.
+bounded replay), of any block sizes, KV shapes and dtypes.  Any other spec
+(Mamba, chunked local, cross attention, DeepSeek-V4's compressed groups), or
+a sliding window whose block is more than one hash block, raise
+UnsupportedVllmConfig naming the group.
 """
 
 from __future__ import annotations
@@ -31,10 +36,11 @@ from typing import Any
 import attrs
 import numpy as np
 
-from hkv_core.layout import Layout
+from hkv_core.errors import ConfigError
+from hkv_core.layout import EngineGroup, Layout, engine_layout
 from hkv_vllm.errors import UnsupportedVllmConfig
 
-TORCH_DTYPES = {"torch.float16": "float16", "torch.bfloat16": "bfloat16", "torch.float32": "float32"}
+TORCH_DTYPES = {"torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32"}
 PAGE_ALIGNMENT_BYTES = 16  # the smallest hkv accepts: one page is exactly one vLLM block
 SERVED_SPECS = ("FullAttentionSpec", "MLAAttentionSpec", "SlidingWindowSpec", "SlidingWindowMLASpec")
 
@@ -67,52 +73,55 @@ class VllmLayout:
     layout: Layout
     groups: tuple[GroupPool, ...]
     num_blocks: int
+    block_tokens: int  # hkv's block: vLLM's hash block
 
     @property
     def pool_pages(self) -> dict[str, int]:
         return {g.pool: g.pages for g in self.groups}
 
     @property
-    def block_size(self) -> int:
-        return self.groups[0].block_size
+    def uniform(self) -> bool:
+        """Whether every group's block is one hkv block (vLLM's single-block-size case)."""
+        return all(g.block_size == self.block_tokens for g in self.groups)
 
 
-def layout_from_kv_cache_config(kv_cache_config: Any, *, name: str = "vllm") -> VllmLayout:
-    """The hkv layout of vLLM's `KVCacheConfig` (UnsupportedVllmConfig for a group hkv does not serve yet)."""
+def layout_from_kv_cache_config(kv_cache_config: Any, *, hash_block_size: int | None = None,
+                                name: str = "vllm") -> VllmLayout:
+    """The hkv layout of vLLM's `KVCacheConfig` (UnsupportedVllmConfig for a group hkv does not serve yet).
+
+    hkv's block is vLLM's hash block (`hash_block_size`, default the smallest group block size): every
+    group's block size must be a whole number of them, and a sliding-window group's exactly one."""
     specs = [g.kv_cache_spec for g in kv_cache_config.kv_cache_groups]
     if not specs:
         raise UnsupportedVllmConfig(feature="kv_cache_groups", detail="no KV cache group (an attention-free model)")
     windows = [_window(i, spec) for i, spec in enumerate(specs)]
-    _check_uniform(specs)
+    block = hash_block_size if hash_block_size is not None else min(s.block_size for s in specs)
+    engine_groups = [_engine_group(i, spec, windows[i], block) for i, spec in enumerate(specs)]
     share = (kv_cache_config.num_blocks - 1) // len(specs)  # block 0 is vLLM's null block, hkv's NULL page
     if share < 1:
         raise UnsupportedVllmConfig(feature="num_blocks",
                                     detail=f"{kv_cache_config.num_blocks} blocks leave none for each of "
                                            f"{len(specs)} groups beside the null block")
-    layout = Layout.from_layer_windows(_config(specs[0], windows), windows, name=name, source="vLLM KVCacheConfig")
-    pools = []
-    for layer in range(len(windows)):
-        (pool,) = layout.pools_of(layout.group_of_layer(layer).name)
-        assert pool.tokens_per_page == specs[0].block_size, (pool.tokens_per_page, specs[0].block_size)
-        pools.append(pool.name)
-    groups = tuple(GroupPool(group_id=i, pool=pools[i], block_size=specs[0].block_size, window=windows[i],
-                             offset=i * share, pages=share) for i in range(len(specs)))
-    return VllmLayout(layout=layout, groups=groups, num_blocks=kv_cache_config.num_blocks)
+    try:
+        layout, pools = engine_layout(engine_groups, name=name, block_tokens=block,
+                                      alignment_bytes=PAGE_ALIGNMENT_BYTES, source="vLLM KVCacheConfig")
+    except ConfigError as exc:  # a geometry hkv's pools cannot hold (what vLLM's names say is checked above)
+        raise UnsupportedVllmConfig(feature=f"kv_cache_{exc.key}", detail=str(exc)) from exc
+    groups = tuple(GroupPool(group_id=i, pool=pools[i], block_size=spec.block_size, window=windows[i],
+                             offset=i * share, pages=share) for i, spec in enumerate(specs))
+    return VllmLayout(layout=layout, groups=groups, num_blocks=kv_cache_config.num_blocks, block_tokens=block)
 
 
-def _config(spec: Any, windows: list[int]) -> dict[str, Any]:
-    """A gpt_oss-style config with one layer per vLLM group."""
-    sliding = [w for w in windows if w]
-    config: dict[str, Any] = {
-        "model_type": "gpt_oss", "torch_dtype": _dtype(spec.dtype), "num_hidden_layers": len(windows),
-        "hidden_size": spec.num_kv_heads * spec.head_size, "num_attention_heads": spec.num_kv_heads,
-        "num_key_value_heads": spec.num_kv_heads, "head_dim": spec.head_size, "vocab_size": 2,
-        "layer_types": ["sliding_attention" if w else "full_attention" for w in windows],
-        "hkv": {"block_tokens": spec.block_size, "alignment_bytes": PAGE_ALIGNMENT_BYTES},
-    }
-    if sliding:
-        config["sliding_window"] = max(sliding)
-    return config
+def _engine_group(group_id: int, spec: Any, window: int, block: int) -> EngineGroup:
+    """hkv's geometry of one vLLM group: one page per vLLM block."""
+    if spec.block_size % block or (window and spec.block_size != block):
+        what = "one hash block" if window else "a whole number of hash blocks"
+        raise UnsupportedVllmConfig(feature=f"kv_cache_groups[{group_id}]",
+                                    detail=f"a {'sliding-window' if window else 'full-attention'} group of "
+                                           f"{spec.block_size}-token blocks with {block}-token hash blocks "
+                                           f"(hkv needs {what} per block)")
+    return EngineGroup(window_tokens=window, tokens_per_page=spec.block_size, kv_dtype=_dtype(spec.dtype),
+                       num_kv_heads=spec.num_kv_heads, head_dim=spec.head_size)
 
 
 def _window(group_id: int, spec: Any) -> int:
@@ -137,18 +146,6 @@ def _window(group_id: int, spec: Any) -> int:
         raise UnsupportedVllmConfig(feature=f"kv_cache_groups[{group_id}]",
                                     detail="a full-attention group computed as sliding-window or chunked attention")
     return 0
-
-
-def _check_uniform(specs: list[Any]) -> None:
-    """One block size, KV shape and dtype for every group (what one hkv layout of equal pages needs)."""
-    first = specs[0]
-    for i, spec in enumerate(specs[1:], start=1):
-        for field in ("block_size", "num_kv_heads", "head_size", "dtype"):
-            if getattr(spec, field) != getattr(first, field):
-                raise UnsupportedVllmConfig(feature=f"kv_cache_groups[{i}]",
-                                            detail=f"{field} {getattr(spec, field)} differs from group 0's "
-                                                   f"{getattr(first, field)} (one {field} for every group "
-                                                   f"is served)")
 
 
 def _dtype(dtype: Any) -> str:

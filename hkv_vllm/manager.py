@@ -49,16 +49,20 @@ class HkvKVCacheManager:
                  num_prefill_lookahead: int = 0, log_stats: bool = False, enable_kv_cache_events: bool = False,
                  dcp_world_size: int = 1, pcp_world_size: int = 1, metrics_collector: Any = None,
                  watermark: float = 0.0, enable_mamba_shared_prefix_checkpoint: bool = False) -> None:
+        from vllm.v1.core.kv_cache_coordinator import _validate_prefix_cache_retention_interval
         from vllm.v1.core.kv_cache_manager import KVCacheBlocks
         from vllm.v1.metrics.stats import PrefixCacheStats
 
-        _refuse(dcp=dcp_world_size,
-                pcp=pcp_world_size, block_sizes=(scheduler_block_size, hash_block_size))
-        self.vllm_layout: VllmLayout = layout_from_kv_cache_config(kv_cache_config)
-        if kv_cache_config.needs_kv_cache_zeroing:  # Mamba or mixed precision: new blocks must be zeroed
-            raise UnsupportedVllmConfig(feature="kv_cache_zeroing",
-                                        detail="a KV cache whose new blocks must be zeroed (Mamba layers or "
-                                               "mixed precision)")
+        _refuse(dcp=dcp_world_size, pcp=pcp_world_size)
+        # checked as vLLM checks it (ValueError); hkv then keeps a resume point at every block, denser than any
+        # retention interval asks, so its hits are never shorter than vLLM's for it
+        _validate_prefix_cache_retention_interval(kv_cache_config.prefix_cache_retention_interval,
+                                                  scheduler_block_size, kv_cache_config)
+        self.vllm_layout: VllmLayout = layout_from_kv_cache_config(kv_cache_config, hash_block_size=hash_block_size)
+        # vLLM zeroes new blocks of a mixed-precision cache because one block id may pass from a group of one
+        # dtype to a group of another and decode stale bytes as NaN; hkv's split gives each block id to one
+        # group for good (`layout.py`), so no block is read in a dtype other than the one it was written in
+        # (Mamba layers, whose state is read before it is written, are refused with their group).
         self.kv_cache_config, self.max_model_len = kv_cache_config, max_model_len
         self.enable_caching, self.enable_kv_cache_events = enable_caching, enable_kv_cache_events
         self.use_eagle, self.log_stats, self.metrics_collector = use_eagle, log_stats, metrics_collector
@@ -81,7 +85,10 @@ class HkvKVCacheManager:
         self.watermark_blocks = int(watermark * kv_cache_config.num_blocks)
         self.empty_kv_cache_blocks = KVCacheBlocks(tuple(() for _ in specs))
         self._KVCacheBlocks, self._PrefixCacheStats = KVCacheBlocks, PrefixCacheStats
-        self._block_size = self.vllm_layout.block_size
+        self._block_tokens = self.vllm_layout.block_tokens  # hkv's block: vLLM's hash block
+        eagle = [g.block_size for g, spec in zip(self.groups, kv_cache_config.kv_cache_groups, strict=True)
+                 if spec.is_eagle_group] or [g.block_size for g in self.groups]
+        self._eagle_drop_tokens = max(eagle)  # what EAGLE recomputes past a hit: the eagle groups' last block
 
     # ------------------------------------------------------------------ counts and stats
 
@@ -113,11 +120,19 @@ class HkvKVCacheManager:
             return self.empty_kv_cache_blocks, 0, 0
         entry.hit = self.hkv.match(entry.rid)
         if self.use_eagle and entry.hit.tokens:  # EAGLE recomputes the hit's last block for its hidden states
-            entry.hit = self.hkv.match(entry.rid, max_tokens=entry.hit.tokens - self._block_size)
+            entry.hit = self.hkv.match(entry.rid, max_tokens=self._eagle_limit(entry.hit))
         if not entry.hit.tokens:
             return self.empty_kv_cache_blocks, 0, 0
         blocks = tuple([self.blocks.by_id[i] for i in ids] for ids in self._hit_ids(entry.hit))
         return self.create_kv_cache_blocks(blocks), entry.hit.tokens, 0
+
+    def _eagle_limit(self, hit: Hit) -> int:
+        """The longest hit EAGLE may take: one eagle-group block shorter than hkv's hit (one block size), or
+        than the cached prefix (block sizes that differ: the hit lands on their LCM, and the block after it
+        must be cached, as vLLM asks)."""
+        if self.vllm_layout.uniform:
+            return hit.tokens - self._eagle_drop_tokens
+        return max(0, min(hit.tokens, hit.candidate_tokens - self._eagle_drop_tokens))
 
     def get_computed_blocks_for_connector(self, request: Any) -> tuple[Any, int, int, bool]:
         return *self.get_computed_blocks(request), False
@@ -137,8 +152,8 @@ class HkvKVCacheManager:
         entry = self._entry(request)
         computed = request.num_computed_tokens + num_new_computed_tokens + num_external_computed_tokens
         target = min(computed + num_new_tokens + num_lookahead_tokens, self.max_model_len)
-        size = self._block_size
-        if (entry.acquired and not num_external_computed_tokens and -(-target // size) <= len(entry.blocks[0])
+        size = self._block_tokens
+        if (entry.acquired and not num_external_computed_tokens and self._covered(entry, target)
                 and _written(request) // size <= entry.committed // size):
             return self.empty_kv_cache_blocks  # pages cover it, no block completed: hkv is asked nothing
         self._sync(entry, request)
@@ -161,6 +176,10 @@ class HkvKVCacheManager:
             entry.unconfirmed = (computed - num_external_computed_tokens,
                                  None if delay_cache_blocks else computed + num_new_tokens)
         return blocks
+
+    def _covered(self, entry: Entry, tokens: int) -> bool:
+        """Whether the request's blocks in every group already cover `tokens`."""
+        return all(-(-tokens // g.block_size) <= len(entry.blocks[g.group_id]) for g in self.groups)
 
     def _allocate(self, entry: Entry, target: int, hit_ids: list[list[int]], hit_tokens: int) -> Any:
         acquiring = not entry.acquired
@@ -192,9 +211,9 @@ class HkvKVCacheManager:
 
     def _hit_ids(self, hit: Hit) -> list[list[int]]:
         """Per group, the vLLM block ids of hkv's hit, one per block of it (the null block before a window)."""
-        blocks = hit.tokens // self._block_size
         out = []
         for group in self.groups:
+            blocks = hit.tokens // group.block_size
             ids = group.block_ids(hit.pages[group.pool])
             assert len(ids) <= blocks, (group, len(ids), blocks)
             out.append([0] * (blocks - len(ids)) + ids)
@@ -213,8 +232,7 @@ class HkvKVCacheManager:
     def _blocks_needed(self, entry: Entry, tokens: int, hit_ids: list[list[int]]) -> list[int]:
         """Per group, the free blocks an allocation to `tokens` takes: new pages, and hit blocks no live request
         holds."""
-        blocks = -(-tokens // self._block_size)
-        return [max(0, blocks - len(entry.blocks[g.group_id]) - len(ids))
+        return [max(0, -(-tokens // g.block_size) - len(entry.blocks[g.group_id]) - len(ids))
                 + sum(1 for i in ids if i and self.blocks.by_id[i].ref_cnt == 0)
                 for g, ids in zip(self.groups, hit_ids, strict=True)]
 
@@ -329,8 +347,8 @@ class HkvKVCacheManager:
         return self.get_blocks(request_id).get_block_ids()  # type: ignore[no-any-return]
 
     def get_block_ids_for_computed_tokens(self, request_id: str, num_computed_tokens: int) -> tuple[list[int], ...]:
-        count = -(-num_computed_tokens // self._block_size)
-        return tuple(ids[:count] for ids in self.get_block_ids(request_id))
+        return tuple(ids[:-(-num_computed_tokens // g.block_size)]
+                     for g, ids in zip(self.groups, self.get_block_ids(request_id), strict=True))
 
     def estimate_cached_tokens(self, request: Any) -> int:
         entry = self.entries.get(request.request_id)
@@ -340,12 +358,12 @@ class HkvKVCacheManager:
         return self._KVCacheBlocks(blocks) if any(blocks) else self.empty_kv_cache_blocks
 
     def truncate_computed_blocks(self, blocks: Any, num_computed_tokens: int) -> Any:
-        assert num_computed_tokens % self._block_size == 0
-        count = num_computed_tokens // self._block_size
-        return self.create_kv_cache_blocks(tuple(list(b[:count]) for b in blocks.blocks))
+        assert all(num_computed_tokens % g.block_size == 0 for g in self.groups)
+        return self.create_kv_cache_blocks(tuple(list(b[:num_computed_tokens // g.block_size])
+                                                 for g, b in zip(self.groups, blocks.blocks, strict=True)))
 
     def take_new_block_ids(self) -> list[int]:
-        return []  # attention blocks are written before they are read: none needs zeroing
+        return []  # attention blocks are written before they are read, each in its group's dtype: none needs zeroing
 
     def record_blocks_for_zeroing(self, request_id: str, start_token: int) -> None:
         raise UnsupportedVllmConfig(feature="record_blocks_for_zeroing", detail="failed KV connector loads")
@@ -447,11 +465,7 @@ def _waiting(request: Any) -> bool:
     return request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED)
 
 
-def _refuse(*, dcp: int, pcp: int, block_sizes: tuple[int, int]) -> None:
+def _refuse(*, dcp: int, pcp: int) -> None:
     """UnsupportedVllmConfig for what the adapter does not serve yet, before anything is built."""
     if dcp != 1 or pcp != 1:
         raise UnsupportedVllmConfig(feature="context_parallel", detail=f"context parallelism (dcp {dcp}, pcp {pcp})")
-    if block_sizes[0] != block_sizes[1]:
-        raise UnsupportedVllmConfig(feature="hash_block_size",
-                                    detail=f"a hash block size {block_sizes[1]} other than the block size "
-                                           f"{block_sizes[0]}")

@@ -90,8 +90,7 @@ class CoordinatorView:
     def get_num_blocks_to_allocate(self, *, request_id: str, num_tokens: int, **_: Any) -> int:
         """Blocks the request needs beyond what it holds to cover `num_tokens` tokens, all groups together."""
         entry = self._owner.entries.get(request_id)
-        size = self.single_type_managers[0].block_size
-        return sum(max(0, -(-num_tokens // size) - (len(entry.blocks[g.kv_cache_group_id]) if entry else 0))
+        return sum(max(0, -(-num_tokens // g.block_size) - (len(entry.blocks[g.kv_cache_group_id]) if entry else 0))
                    for g in self.single_type_managers)
 
 

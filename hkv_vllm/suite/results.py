@@ -49,6 +49,8 @@ KNOWN_DIFFERENCES = {  # test (without parameters) -> the reason it fails with h
     "test_eagle_enabled_removes_last_block": VISIBILITY,
     "test_eagle_with_partial_blocks": VISIBILITY,
     "test_eagle_with_sliding_window": VISIBILITY,
+    "test_eagle_swa_alignment_caches_extra_block": VISIBILITY,  # block sizes differ: a primed cache never computed
+    "test_swa_free_split_keeps_cached_tail_ahead_of_scratch": VISIBILITY,  # block hashes set at allocation
     "test_pure_swa_retention_interval_caches_sparse_tails": INTERNALS,  # asserts vLLM's coordinator class
     "test_prefill": BLOCK_HASHES,  # block_pool.blocks[i].block_hash == vLLM's hash_block_tokens(...)
     "test_prefill_plp": BLOCK_HASHES,

@@ -101,7 +101,8 @@ def test_hybrid_groups_share_pools_by_spec_and_split_the_block_ids():
 @pytest.mark.parametrize(("specs", "feature", "match"), [
     (lambda: (full(), mamba()), "kv_cache_groups[1]", "MambaSpec"),
     (lambda: (sliding_mla(128, bounded_replay=True),), "kv_cache_groups[0]", "bounded replay"),
-    (lambda: (full(), sliding(64, block_size=32)), "kv_cache_groups[1]", "block_size 32"),
+    (lambda: (full(), sliding(64, block_size=32)), "kv_cache_groups[1]", "32-token blocks with 16-token hash"),
+    (lambda: (full(block_size=24), full()), "kv_cache_groups[0]", "a whole number of hash blocks"),
     (lambda: (full(sliding_window=128),), "kv_cache_groups[0]", "sliding-window or chunked"),
     (lambda: (full(dtype="int8"),), "kv_cache_dtype", "int8"),
     (lambda: (), "kv_cache_groups", "no KV cache group"),
@@ -116,6 +117,46 @@ def test_unserved_groups_are_refused_by_name(specs, feature, match):
     assert err.value.key == feature
 
 
+def test_groups_of_different_block_sizes_and_dtypes_each_get_their_own_pool():
+    from hkv_vllm.layout import layout_from_kv_cache_config
+
+    got = layout_from_kv_cache_config(kv_config(full(block_size=64), sliding(16), full(block_size=16, dtype="float32"),
+                                                full(block_size=64), num_blocks=41), hash_block_size=16)
+    pools = {p.name: p for p in got.layout.pools}
+    assert [pools[g.pool].tokens_per_page for g in got.groups] == [64, 16, 16, 64]
+    assert [pools[g.pool].dtype for g in got.groups] == ["fp16", "fp16", "fp32", "fp16"]
+    assert got.groups[0].pool == got.groups[3].pool and len(pools) == 3
+    assert got.block_tokens == 16 and not got.uniform
+    # one page per vLLM block, in bytes: 64 tokens x K and V x 2 heads x 64 x 2 bytes
+    assert pools[got.groups[0].pool].page_bytes == 64 * 2 * 2 * 64 * 2
+
+
+def test_a_hash_block_smaller_than_the_block_hits_on_whole_blocks():
+    """vLLM's 16-token blocks hashed in 8-token blocks: hkv keys 8-token blocks and pages 16 tokens, so a hit
+    ends where a vLLM block does, as vLLM's own does."""
+    from hkv_vllm.drive import make_request
+    from hkv_vllm.manager import HkvKVCacheManager
+
+    m = HkvKVCacheManager(kv_config(full()), max_model_len=2048, scheduler_block_size=16, hash_block_size=8)
+    first = make_request("a", list(range(60)), max_tokens=1, block_size=8)
+    m.get_computed_blocks(first)
+    assert len(m.allocate_slots(first, 60).blocks[0]) == 4
+    first.num_computed_tokens = 60
+    m.free(first)
+    blocks, hit, _ = m.get_computed_blocks(make_request("b", list(range(60)) + [1], max_tokens=1, block_size=8))
+    assert hit == 48 and len(blocks.blocks[0]) == 3  # 56 tokens are whole 8-token blocks; 48 end a 16-token one
+
+
+def test_an_invalid_retention_interval_is_refused_as_vllm_refuses_it():
+    from dataclasses import replace
+
+    from hkv_vllm.manager import HkvKVCacheManager
+
+    config = replace(kv_config(full(), sliding(32)), prefix_cache_retention_interval=24)
+    with pytest.raises(ValueError, match="multiple of scheduler_block_size"):
+        HkvKVCacheManager(config, max_model_len=2048, scheduler_block_size=16, hash_block_size=16)
+
+
 def test_no_block_beside_the_null_block_is_refused():
     from hkv_vllm import UnsupportedVllmConfig
 
@@ -124,8 +165,7 @@ def test_no_block_beside_the_null_block_is_refused():
     assert err.value.feature == "num_blocks"
 
 
-@pytest.mark.parametrize("kwargs", [dict(dcp_world_size=2),
-                                    dict(hash_block_size=8)])
+@pytest.mark.parametrize("kwargs", [dict(dcp_world_size=2), dict(pcp_world_size=2)])
 def test_unserved_manager_options_are_refused(kwargs):
     from hkv_vllm import UnsupportedVllmConfig
     from hkv_vllm.manager import HkvKVCacheManager
