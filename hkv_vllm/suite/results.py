@@ -33,6 +33,7 @@ UNSUPPORTED = re.compile(r"UnsupportedVllmConfig: vLLM config: ([A-Za-z_\[\]0-9]
 BLOCK_ID_HINTS = ("KVCacheBlock(", "block_id", "get_block_ids", "blocks[", "req_to_blocks")
 INTERNALS = "reads vLLM internals"
 VISIBILITY = "visibility: expects a block cached when allocated (hkv: once computed)"
+BLOCK_IDS = "asserts a vLLM block id"
 BLOCK_HASHES = "vLLM's block hashes: compares a block's block_hash with vLLM's hash (hkv keys blocks itself)"
 KNOWN_DIFFERENCES = {  # test (without parameters) -> the reason it fails with hkv, read from the test
     "test_kv_cache_events": VISIBILITY,
@@ -51,6 +52,7 @@ KNOWN_DIFFERENCES = {  # test (without parameters) -> the reason it fails with h
     "test_eagle_with_sliding_window": VISIBILITY,
     "test_eagle_swa_alignment_caches_extra_block": VISIBILITY,  # block sizes differ: a primed cache never computed
     "test_swa_free_split_keeps_cached_tail_ahead_of_scratch": VISIBILITY,  # block hashes set at allocation
+    "test_different_block_size": BLOCK_IDS,  # the window group's ids 5..11 (hkv: that group's share, 50..56)
     "test_pure_swa_retention_interval_caches_sparse_tails": INTERNALS,  # asserts vLLM's coordinator class
     "test_prefill": BLOCK_HASHES,  # block_pool.blocks[i].block_hash == vLLM's hash_block_tokens(...)
     "test_prefill_plp": BLOCK_HASHES,
@@ -99,7 +101,7 @@ def reason_class(message: str, name: str = "") -> str:
     if "AttributeError" in message and any(f"'{view}' object" in message for view in INTERNAL_VIEWS):
         return INTERNALS
     if any(hint in message for hint in BLOCK_ID_HINTS):
-        return "asserts a vLLM block id"
+        return BLOCK_IDS
     return "behaviour difference"
 
 
