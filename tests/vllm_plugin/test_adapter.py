@@ -147,6 +147,36 @@ def test_a_hash_block_smaller_than_the_block_hits_on_whole_blocks():
     assert hit == 48 and len(blocks.blocks[0]) == 3  # 56 tokens are whole 8-token blocks; 48 end a 16-token one
 
 
+def test_eagle_on_groups_of_different_block_sizes_hits_as_vllm():
+    """Full attention in 32-token blocks, an 8-token window (the EAGLE group) in 8-token blocks: a hit lands on
+    the LCM with the window's next block cached, as vLLM's own manager answers (96 of 128 tokens, 32 of 40)."""
+    import torch
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, SlidingWindowSpec
+
+    from hkv_vllm.drive import make_request
+    from hkv_vllm.manager import HkvKVCacheManager
+
+    window = SlidingWindowSpec(block_size=8, num_kv_heads=1, head_size=1, dtype=torch.float32, sliding_window=8)
+    config = KVCacheConfig(num_blocks=100, kv_cache_tensors=[], kv_cache_groups=[
+        KVCacheGroupSpec(["full"], full(block_size=32)), KVCacheGroupSpec(["swa"], window, is_eagle_group=True)])
+    hits = {}
+    for cls in (KVCacheManager, HkvKVCacheManager):
+        m = cls(config, max_model_len=2048, scheduler_block_size=32, hash_block_size=8, use_eagle=True)
+        for n in (128, 40):
+            prompt = [i // 8 for i in range(n)] + [999]
+            first = make_request(f"a{n}", prompt, max_tokens=1, block_size=8)
+            m.get_computed_blocks(first)
+            assert m.allocate_slots(first, len(prompt)) is not None
+            first.num_computed_tokens = len(prompt)
+            m.free(first)
+            hits[cls.__name__, n] = m.get_computed_blocks(make_request(f"b{n}", prompt, max_tokens=1,
+                                                                       block_size=8))[1]
+            assert m.reset_prefix_cache()
+    assert hits == {("KVCacheManager", 128): 96, ("KVCacheManager", 40): 32,
+                    ("HkvKVCacheManager", 128): 96, ("HkvKVCacheManager", 40): 32}
+
+
 def test_an_invalid_retention_interval_is_refused_as_vllm_refuses_it():
     from dataclasses import replace
 
