@@ -31,11 +31,13 @@ class Step:
 def build_scheduler(scheduler_cls: type, *, num_blocks: int, block_size: int = 16, max_num_seqs: int = 16,
                     max_num_batched_tokens: int = 8192, max_model_len: int = 2048,
                     enable_prefix_caching: bool = True, windows: tuple[int, ...] = (0,),
-                    block_sizes: tuple[int, ...] | None = None) -> Any:
+                    block_sizes: tuple[int, ...] | None = None, additional_config: dict[str, Any] | None = None,
+                    ) -> Any:
     """A vLLM scheduler of class `scheduler_cls` over `num_blocks` blocks and one KV cache group per entry of
     `windows`: 0 a full-attention group, else a sliding-window group of that many tokens.  `block_sizes` gives
     each group its own block size (default `block_size` for all); vLLM then schedules in blocks of their LCM
-    and hashes in blocks of `block_size`, which must divide them all."""
+    and hashes in blocks of `block_size`, which must divide them all.  `additional_config` is vLLM's plugin
+    configuration (hkv's options under "hkv": `hkv_vllm.scheduler`)."""
     import torch
     from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
@@ -50,7 +52,8 @@ def build_scheduler(scheduler_cls: type, *, num_blocks: int, block_size: int = 1
     cache = CacheConfig(block_size=block_size, gpu_memory_utilization=0.9, cache_dtype="auto",
                         enable_prefix_caching=enable_prefix_caching)
     cache.num_gpu_blocks = num_blocks
-    config = VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache)
+    config = VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache,
+                        additional_config=additional_config or {})
     sizes = block_sizes or (block_size,) * len(windows)
     shape = dict(num_kv_heads=1, head_size=1, dtype=torch.float32)
     specs = [SlidingWindowSpec(**shape, block_size=b, sliding_window=w) if w

@@ -105,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="model and workload seed")
     ap.add_argument("--sliding-window", type=int, default=0, metavar="TOKENS",
                     help="serve a sliding-window / full hybrid: layer 0 attends to this many tokens (0: no window)")
+    ap.add_argument("--fine-hits", action="store_true",
+                    help="hkv resumes inside vLLM's blocks (every 16 tokens), copying a partial block on vLLM's worker")
     ap.add_argument("--dtype", choices=DTYPES, default=DTYPES[0], help="the model's dtype in both engines")
     ap.add_argument("--fault", choices=("stale-kv",), help="testing: negate hkv's engine's KV cache between turns, "
                     "so every hit on an earlier turn reads wrong KV; the check must then fail (exit 1)")
@@ -112,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     w = Workload.quick() if ns.quick else Workload()
     if ns.sliding_window < 0 or ns.sliding_window == 1:
         ap.error(f"--sliding-window must be 0 or at least 2, got {ns.sliding_window}")
-    w = Workload(**(asdict(w) | {"seed": ns.seed, "sliding_window": ns.sliding_window}))
+    w = Workload(**(asdict(w) | {"seed": ns.seed, "sliding_window": ns.sliding_window, "fine_hits": ns.fine_hits}))
     try:
         report = run(ns.out, w, Console(stderr=True), ns.dtype, ns.fault is not None)
     except EngineFailed as err:

@@ -34,6 +34,7 @@ def compare(hkv: dict[str, Any], stock: dict[str, Any]) -> dict[str, Any]:
         "prompt_tokens": sum(r["prompt_tokens"] for r in rows),
         "stock_hit_tokens": sum(r["cached"] for r in stock["rows"]),
         "evictions": stats.get("evictions", 0), "evicted_blocks": stats.get("evicted_blocks", 0),
+        "block_copies": stats.get("copies", 0),
         "preemptions": hkv["preemptions"], "stock_preemptions": stock["preemptions"],
         "engine": hkv["engine"], "scheduler": hkv["scheduler"], "manager": hkv["manager"],
         "engine_start_s": {"hkv": hkv["engine_start_s"], "stock": stock["engine_start_s"]},
@@ -42,5 +43,7 @@ def compare(hkv: dict[str, Any], stock: dict[str, Any]) -> dict[str, Any]:
     }
     report["exercised"] = {"hits": report["hit_tokens"] > 0, "evictions": report["evictions"] > 0,
                            "preemptions": report["preemptions"] > 0}
+    if hkv["workload"].get("fine_hits"):
+        report["exercised"]["partial-block copies"] = report["block_copies"] > 0
     report["ok"] = not report["mismatches"]
     return report

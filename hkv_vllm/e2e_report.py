@@ -17,6 +17,8 @@ def _figures(r: dict[str, Any]) -> list[tuple[str, str, str]]:
         ("prefix-hit tokens", f"{r['hit_tokens']:,} of {r['prompt_tokens']:,}",
          f"vLLM's num_cached_tokens; {r['requests_with_hit']} requests resumed from the cache"),
         ("evictions", f"{r['evictions']} ({r['evicted_blocks']} blocks)", "hkv's eviction rounds (blocks freed)"),
+        ("partial-block copies", str(r.get("block_copies", 0)),
+         "fine hits: a hit's partial last block copied on write by vLLM's worker"),
         ("preemptions", f"{r['preemptions']} (stock: {r['stock_preemptions']})",
          "vLLM's scheduler preempted a running request (freed, resumed later)"),
         ("largest logprob difference", f"{lp:.3g}" if lp else "0 (bit-equal)",

@@ -33,7 +33,8 @@ def engine_args(w: Workload, mode: str, model: Path, dtype: str = "float32") -> 
                 block_size=BLOCK_SIZE, num_gpu_blocks_override=groups * per_group + 1,
                 max_model_len=per_group * BLOCK_SIZE,
                 max_num_seqs=w.users, max_num_batched_tokens=2 * BLOCK_SIZE, enable_prefix_caching=hkv,
-                scheduler_cls="hkv_vllm.Scheduler" if hkv else None)
+                scheduler_cls="hkv_vllm.Scheduler" if hkv else None,
+                additional_config={"hkv": {"fine_hits": True}} if hkv and w.fine_hits else None)
 
 
 def _progress(path: Path, done: int, total: int, phase: str) -> None:

@@ -25,6 +25,7 @@ class Workload:
     answer_tokens: int = 40
     seed: int = 0
     sliding_window: int = 0  # > 0: the model's first layer attends to a window of this many tokens (a hybrid)
+    fine_hits: bool = False  # hkv's engine resumes inside vLLM's blocks (additional_config hkv.fine_hits)
 
     @classmethod
     def quick(cls) -> Workload:

@@ -18,6 +18,11 @@ the scheduler first asks for its cached blocks; vLLM block ids are hkv pages
 - Every hit is one length for all groups, the longest resume point whose
   every object is present (hkv's validation: for a sliding-window group, the
   blocks of the window before it), never longer.
+- Fine hits (`fine_hits`, from vLLM's `additional_config`): hkv keys
+  16-token blocks and resumes at any of them, inside vLLM's blocks; the
+  hit's partial last block is copied on write by vLLM's worker
+  (`take_kv_cache_block_copies`, `copies.py`), so no request writes into a
+  block another reads.
 - Groups: vLLM's block ids are split evenly between the KV cache groups
   (`layout.py`); a sliding-window group's blocks become the null block as
   hkv drops them from the window (at commit), where vLLM drops them in
@@ -27,10 +32,12 @@ the scheduler first asks for its cached blocks; vLLM block ids are hkv pages
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from hkv_core.errors import InvalidArgument, InvalidRequestState, OutOfPages, StaleLease
 from hkv_core.manager import CacheManager, Hit, ManagerConfig
+from hkv_vllm.copies import FINE_HIT_TOKENS, BlockCopies
 from hkv_vllm.errors import UnsupportedVllmConfig
 from hkv_vllm.events import vllm_events
 from hkv_vllm.keys import request_keys
@@ -48,7 +55,8 @@ class HkvKVCacheManager:
                  max_in_flight_tokens: int | None = None, enable_caching: bool = True, use_eagle: bool = False,
                  num_prefill_lookahead: int = 0, log_stats: bool = False, enable_kv_cache_events: bool = False,
                  dcp_world_size: int = 1, pcp_world_size: int = 1, metrics_collector: Any = None,
-                 watermark: float = 0.0, enable_mamba_shared_prefix_checkpoint: bool = False) -> None:
+                 watermark: float = 0.0, enable_mamba_shared_prefix_checkpoint: bool = False,
+                 fine_hits: bool = False) -> None:
         from vllm.v1.core.kv_cache_coordinator import _validate_prefix_cache_retention_interval
         from vllm.v1.core.kv_cache_manager import KVCacheBlocks
         from vllm.v1.metrics.stats import PrefixCacheStats
@@ -58,7 +66,11 @@ class HkvKVCacheManager:
         # retention interval asks, so its hits are never shorter than vLLM's for it
         _validate_prefix_cache_retention_interval(kv_cache_config.prefix_cache_retention_interval,
                                                   scheduler_block_size, kv_cache_config)
-        self.vllm_layout: VllmLayout = layout_from_kv_cache_config(kv_cache_config, hash_block_size=hash_block_size)
+        # fine hits: hkv keys blocks finer than vLLM hashes them and resumes at any of them, copying a hit's
+        # partial last block on vLLM's worker (`copies.py`); else hkv's block is vLLM's hash block
+        block = math.gcd(hash_block_size, FINE_HIT_TOKENS) if fine_hits else hash_block_size
+        self.vllm_layout: VllmLayout = layout_from_kv_cache_config(kv_cache_config, hash_block_size=block)
+        self.fine_hits = fine_hits
         # vLLM zeroes new blocks of a mixed-precision cache because one block id may pass from a group of one
         # dtype to a group of another and decode stale bytes as NaN; hkv's split gives each block id to one
         # group for good (`layout.py`), so no block is read in a dtype other than the one it was written in
@@ -70,10 +82,11 @@ class HkvKVCacheManager:
         self.hkv = CacheManager(self.vllm_layout.layout, ManagerConfig(
             pool_pages=self.vllm_layout.pool_pages, max_requests=1 << 16,
             max_request_tokens=max(max_model_len, 1) + 1, retain_every_blocks=1,
-            allow_partial_page_copy=False, kv_events=enable_kv_cache_events))
+            allow_partial_page_copy=fine_hits, kv_events=enable_kv_cache_events))
         self.groups = self.vllm_layout.groups
         self.windowed = tuple(g for g in self.groups if g.window)
         self.blocks = Blocks(kv_cache_config.num_blocks, len(self.groups))
+        self.copies = BlockCopies(self.hkv, self.blocks, self.groups)
         self.entries: dict[str, Entry] = {}
         self.deferred: dict[tuple[int, ...], Entry] = {}  # requests freed by vLLM, their blocks not yet returned
         self.block_pool = BlockPoolView(self)
@@ -130,6 +143,8 @@ class HkvKVCacheManager:
         """The longest hit EAGLE may take: one eagle-group block shorter than hkv's hit (one block size), or
         than the cached prefix (block sizes that differ: the hit lands on their LCM, and the block after it
         must be cached, as vLLM asks)."""
+        if self.fine_hits:  # fine lookups drop one hkv block, as vLLM's fine-grained ones drop one hash block
+            return hit.tokens - self._block_tokens
         if self.vllm_layout.uniform:
             return hit.tokens - self._eagle_drop_tokens
         return max(0, min(hit.tokens, hit.candidate_tokens - self._eagle_drop_tokens))
@@ -202,6 +217,7 @@ class HkvKVCacheManager:
             if acquiring:
                 self._forget(entry)
             return None
+        self.copies.apply(entry, alloc)  # a fine hit's partial last block: copied on write
         new = []
         for group in self.groups:
             table = alloc.block_tables[group.pool][len(entry.blocks[group.group_id]):]
@@ -213,7 +229,7 @@ class HkvKVCacheManager:
         """Per group, the vLLM block ids of hkv's hit, one per block of it (the null block before a window)."""
         out = []
         for group in self.groups:
-            blocks = hit.tokens // group.block_size
+            blocks = -(-hit.tokens // group.block_size)  # a fine hit's partial last block included
             ids = group.block_ids(hit.pages[group.pool])
             assert len(ids) <= blocks, (group, len(ids), blocks)
             out.append([0] * (blocks - len(ids)) + ids)
@@ -232,8 +248,9 @@ class HkvKVCacheManager:
     def _blocks_needed(self, entry: Entry, tokens: int, hit_ids: list[list[int]]) -> list[int]:
         """Per group, the free blocks an allocation to `tokens` takes: new pages, and hit blocks no live request
         holds."""
+        partial = entry.hit.tokens if entry.hit is not None and any(hit_ids) else 0  # a fine hit's last block: copied
         return [max(0, -(-tokens // g.block_size) - len(entry.blocks[g.group_id]) - len(ids))
-                + sum(1 for i in ids if i and self.blocks.by_id[i].ref_cnt == 0)
+                + sum(1 for i in ids if i and self.blocks.by_id[i].ref_cnt == 0) + int(partial % g.block_size > 0)
                 for g, ids in zip(self.groups, hit_ids, strict=True)]
 
     def _fits(self, needed: list[int], watermark: int, reserved: int) -> bool:
@@ -286,6 +303,8 @@ class HkvKVCacheManager:
     def free_deferred(self, blocks: list[Any]) -> bool:
         """Release the request whose blocks `pop_blocks_for_free` handed out (in either order); False when
         these blocks are no such request's."""
+        if self.copies.release(blocks):  # the blocks of copies vLLM's worker ran
+            return True
         key = tuple(map(id, blocks))
         key = key if key in self.deferred else key[::-1]
         entry = self.deferred.get(key)
@@ -369,7 +388,9 @@ class HkvKVCacheManager:
         raise UnsupportedVllmConfig(feature="record_blocks_for_zeroing", detail="failed KV connector loads")
 
     def take_kv_cache_block_copies(self) -> tuple[list[Any], list[Any]]:
-        return [], []  # hits are whole blocks: hkv issues no copy
+        """The copies of fine hits' partial blocks queued since the last call, and the blocks they hold (vLLM
+        returns those through `block_pool.free_blocks`); none without fine hits."""
+        return self.copies.take()
 
     def take_boundary_state_offloads(self) -> dict[str, list[tuple[int, int, int]]]:
         return {}
@@ -416,6 +437,8 @@ class HkvKVCacheManager:
         computed, allocated, known = self.hkv.request_tokens(entry.rid)
         upto = min(num_computed_tokens, known, allocated)
         if upto > computed:
+            if self.fine_hits:  # tokens past the hit written: the step that copied its partial block ran
+                self.copies.settle(entry.rid)
             self.hkv.commit(entry.rid, upto - computed)
             self._drop_out_of_window(entry)
         entry.committed = max(computed, upto)
@@ -449,7 +472,9 @@ class HkvKVCacheManager:
         del self.entries[entry.req_id]
 
     def _release(self, entry: Entry) -> None:
-        self.hkv.release(entry.rid)  # first: when it raises, the blocks stay counted and the entry stays
+        if self.fine_hits:
+            self.copies.cancel(entry.rid)
+        self.hkv.release(entry.rid)  # when it raises, the blocks stay counted and the entry stays
         self.blocks.drop(entry)
 
 

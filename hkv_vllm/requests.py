@@ -61,14 +61,18 @@ class Blocks:
         """Append `block_ids` to the request's list of `group`, counting the references; the blocks appended."""
         new = [self.by_id[i] for i in block_ids]
         for block in new:
-            if block.is_null:
-                continue
-            if block.ref_cnt == 0:
-                self.held += 1
-                self.held_by_group[group] += 1
-            block.ref_cnt += 1
+            if not block.is_null:
+                self.ref(group, block)
         entry.blocks[group].extend(new)
         return new
+
+    def replace(self, entry: Entry, group: int, position: int, block_id: int) -> None:
+        """The request's block at `position` of `group` becomes block `block_id` (a copy on write of it)."""
+        old = entry.blocks[group][position]
+        self.take(entry, group, [block_id])
+        entry.blocks[group][position] = entry.blocks[group].pop()
+        if not old.is_null:
+            self._unref(group, old)
 
     def to_null(self, entry: Entry, group: int, position: int) -> None:
         """The request's block at `position` of `group` left its window: the null block takes its place."""
@@ -85,6 +89,17 @@ class Blocks:
                     self._unref(group, block)
         entry.blocks = [[] for _ in entry.blocks]
         entry.live = [0] * len(entry.live)
+
+    def ref(self, group: int, block: Any) -> None:
+        """One more reference to `block` of `group` (held outside any request: a block copy in flight)."""
+        if block.ref_cnt == 0:
+            self.held += 1
+            self.held_by_group[group] += 1
+        block.ref_cnt += 1
+
+    def unref(self, group: int, block: Any) -> None:
+        """Drop a reference `ref` took."""
+        self._unref(group, block)
 
     def _unref(self, group: int, block: Any) -> None:
         block.ref_cnt -= 1

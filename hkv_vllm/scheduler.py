@@ -7,11 +7,18 @@ its manager itself from a module-level name; this subclass builds it with
 that name bound to `HkvKVCacheManager` (same arguments), under a lock, and
 everything else is vLLM's own scheduling, KV connectors included (what the
 manager does with a connector's tokens: docs/vllm.md).
+
+hkv's own options come in vLLM's plugin configuration, `additional_config`
+(`--additional-config '{"hkv": {"fine_hits": true}}'`, or
+`LLM(..., additional_config={"hkv": {"fine_hits": True}})`): `fine_hits`
+resumes at every 16-token block, inside vLLM's blocks, with the partial
+last block copied on write by vLLM's worker (`copies.py`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -19,13 +26,36 @@ from typing import Any
 from vllm.v1.core.sched import async_scheduler as vllm_async
 from vllm.v1.core.sched import scheduler as vllm_scheduler
 
+from hkv_vllm.errors import UnsupportedVllmConfig
 from hkv_vllm.manager import HkvKVCacheManager
+
+OPTIONS = {"fine_hits": bool}  # additional_config["hkv"]: name -> type
 
 _BUILD_LOCK = threading.Lock()
 
 
+def hkv_options(vllm_config: Any) -> dict[str, Any]:
+    """hkv's options from `vllm_config.additional_config["hkv"]` (UnsupportedVllmConfig naming an unknown
+    option or a value of the wrong type)."""
+    extra = getattr(vllm_config, "additional_config", None)
+    options = extra.get("hkv", {}) if isinstance(extra, dict) else {}
+    if not isinstance(options, dict):
+        raise UnsupportedVllmConfig(feature="additional_config.hkv", detail=f"must be a dict, got {options!r}")
+    for name, value in options.items():
+        if name not in OPTIONS or type(value) is not OPTIONS[name]:
+            raise UnsupportedVllmConfig(feature=f"additional_config.hkv.{name}",
+                                        detail=f"{value!r} (hkv's options: "
+                                               f"{', '.join(f'{k}: {t.__name__}' for k, t in OPTIONS.items())})")
+    return dict(options)
+
+
+def _manager(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """HkvKVCacheManager with the options of the scheduler's vLLM config (its first argument)."""
+    return functools.partial(HkvKVCacheManager, **hkv_options(kwargs.get("vllm_config", args[0] if args else None)))
+
+
 @contextlib.contextmanager
-def manager_class(cls: type) -> Iterator[None]:
+def manager_class(cls: Any) -> Iterator[None]:
     """Bind the scheduler module's `KVCacheManager` to `cls` while a scheduler is built."""
     with _BUILD_LOCK:
         stock = vllm_scheduler.KVCacheManager
@@ -40,7 +70,7 @@ class Scheduler(vllm_scheduler.Scheduler):
     """vLLM's v1 Scheduler whose `kv_cache_manager` is an `HkvKVCacheManager`."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        with manager_class(HkvKVCacheManager):
+        with manager_class(_manager(args, kwargs)):
             super().__init__(*args, **kwargs)
 
 
@@ -49,6 +79,6 @@ class AsyncScheduler(vllm_async.AsyncScheduler):
     step's slots are reserved ahead of the token the step before it has not sampled yet."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        with manager_class(HkvKVCacheManager):
+        with manager_class(_manager(args, kwargs)):
             super().__init__(*args, **kwargs)
 

@@ -7,9 +7,10 @@ from tests.vllm_plugin.conftest import HAS_VLLM, SKIP_REASON
 pytestmark = pytest.mark.skipif(not HAS_VLLM, reason=SKIP_REASON)
 
 
-def conversations(turns: int = 3, users: int = 4, system: int = 40) -> dict[int, list]:
+def conversations(turns: int = 3, users: int = 4, system: int = 40, block_size: int = 16) -> dict[int, list]:
     """Multi-turn chats sharing a system prompt: turn t of user u arrives at step 6*t + u, its prompt the
-    previous turn's prompt plus 20 new tokens."""
+    previous turn's prompt plus 20 new tokens; vLLM hashes each request in blocks of `block_size` (the
+    scheduler's hash block size)."""
     from hkv_vllm.drive import make_request
 
     arrivals: dict[int, list] = {}
@@ -18,7 +19,7 @@ def conversations(turns: int = 3, users: int = 4, system: int = 40) -> dict[int,
         for turn in range(turns):
             prompt = prompt + [2000 + 100 * user + 10 * turn + i for i in range(20)]
             arrivals.setdefault(8 * turn + 2 * user, []).append(
-                make_request(f"u{user}t{turn}", prompt, max_tokens=6))
+                make_request(f"u{user}t{turn}", prompt, max_tokens=6, block_size=block_size))
     return arrivals
 
 
