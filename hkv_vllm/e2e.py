@@ -27,7 +27,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from hkv_vllm.e2e_compare import compare
 from hkv_vllm.e2e_report import print_report
-from hkv_vllm.e2e_run import DTYPES
+from hkv_vllm.e2e_run import DTYPES, FAULTS
 from hkv_vllm.e2e_workload import Workload
 from hkv_vllm.tiny_model import write_tiny_llama
 
@@ -40,13 +40,13 @@ class EngineFailed(RuntimeError):
     """An engine process exited non-zero; its log is named."""
 
 
-def _start(mode: str, w: Workload, model: Path, out: Path, dtype: str, fault: bool) -> subprocess.Popen[bytes]:
+def _start(mode: str, w: Workload, model: Path, out: Path, dtype: str, fault: str | None) -> subprocess.Popen[bytes]:
     root = str(Path(__file__).resolve().parent.parent)
     path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))  # this checkout's hkv_vllm first
     env = {**os.environ, **ENGINE_ENV, "PYTHONPATH": path}
     cmd = [sys.executable, "-m", "hkv_vllm.e2e_run", "--mode", mode, "--model", str(model),
            "--result", str(out / f"{mode}.json"), "--progress", str(out / f"{mode}.progress"),
-           "--workload", json.dumps(asdict(w)), "--dtype", dtype, *(["--fault"] if fault else [])]
+           "--workload", json.dumps(asdict(w)), "--dtype", dtype, *(["--fault", fault] if fault else [])]
     (out / f"{mode}.progress").write_text(json.dumps({"done": 0, "total": w.turns + 1, "phase": "starting Python"}))
     with open(out / f"{mode}.log", "wb") as log:
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -61,9 +61,9 @@ def _read_progress(path: Path) -> dict[str, Any]:
 
 
 def run_engines(w: Workload, model: Path, out: Path, console: Console, dtype: str,
-                fault: bool) -> dict[str, dict[str, Any]]:
+                fault: str | None) -> dict[str, dict[str, Any]]:
     """Both engines at once, a progress bar each (engine start, then one step per turn) on `console`."""
-    procs = {mode: _start(mode, w, model, out, dtype, fault and mode == "hkv") for mode in MODES}
+    procs = {mode: _start(mode, w, model, out, dtype, fault if mode == "hkv" else None) for mode in MODES}
     columns = (TextColumn("{task.fields[mode]:>5}"), BarColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as bar:
         tasks = {m: bar.add_task("starting Python", total=w.turns + 1, mode=m) for m in MODES}
@@ -84,13 +84,13 @@ def run_engines(w: Workload, model: Path, out: Path, console: Console, dtype: st
     return {mode: json.loads((out / f"{mode}.json").read_text()) for mode in MODES}
 
 
-def run(out: Path, w: Workload, console: Console, dtype: str = DTYPES[0], fault: bool = False) -> dict[str, Any]:
+def run(out: Path, w: Workload, console: Console, dtype: str = DTYPES[0], fault: str | None = None) -> dict[str, Any]:
     started = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
     model = write_tiny_llama(out / "tiny-llama", seed=w.seed, sliding_window=w.sliding_window)
     results = run_engines(w, model, out, console, dtype, fault)
     report = compare(results["hkv"], results["stock"])
-    report |= {"fault": "stale-kv" if fault else None, "dtype": dtype,
+    report |= {"fault": fault, "dtype": dtype,
                "kv_cache_groups": results["hkv"]["kv_cache_groups"], "out": str(out), "model": str(model),
                "trace": str(out / "hkv.trace.jsonl"), "wall_s": round(time.monotonic() - started, 1)}
     (out / "e2e_report.json").write_text(json.dumps(report, indent=1))
@@ -105,18 +105,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="model and workload seed")
     ap.add_argument("--sliding-window", type=int, default=0, metavar="TOKENS",
                     help="serve a sliding-window / full hybrid: layer 0 attends to this many tokens (0: no window)")
+    ap.add_argument("--system-tokens", type=int, metavar="TOKENS",
+                    help="the shared system prompt's length (default 96, --quick 64; not a multiple of 32 with "
+                         "--fine-hits, and hkv's hits end inside vLLM's 32-token blocks)")
     ap.add_argument("--fine-hits", action="store_true",
                     help="hkv resumes inside vLLM's blocks (every 16 tokens), copying a partial block on vLLM's worker")
     ap.add_argument("--dtype", choices=DTYPES, default=DTYPES[0], help="the model's dtype in both engines")
-    ap.add_argument("--fault", choices=("stale-kv",), help="testing: negate hkv's engine's KV cache between turns, "
-                    "so every hit on an earlier turn reads wrong KV; the check must then fail (exit 1)")
+    ap.add_argument("--fault", choices=FAULTS, help="testing: stale-kv negates hkv's engine's KV cache between "
+                    "turns, so every hit on an earlier turn reads wrong KV; no-copy (with --fine-hits) drops the "
+                    "copies of hits' partial blocks, so those hits read a block nothing wrote; the check must then "
+                    "fail (exit 1)")
     ns = ap.parse_args(argv)
     w = Workload.quick() if ns.quick else Workload()
     if ns.sliding_window < 0 or ns.sliding_window == 1:
         ap.error(f"--sliding-window must be 0 or at least 2, got {ns.sliding_window}")
-    w = Workload(**(asdict(w) | {"seed": ns.seed, "sliding_window": ns.sliding_window, "fine_hits": ns.fine_hits}))
+    if ns.system_tokens is not None and not 1 <= ns.system_tokens <= 256:
+        ap.error(f"--system-tokens must be in [1, 256], got {ns.system_tokens}")
+    w = Workload(**(asdict(w) | {"seed": ns.seed, "sliding_window": ns.sliding_window, "fine_hits": ns.fine_hits,
+                                 "system_tokens": ns.system_tokens or w.system_tokens}))
     try:
-        report = run(ns.out, w, Console(stderr=True), ns.dtype, ns.fault is not None)
+        report = run(ns.out, w, Console(stderr=True), ns.dtype, ns.fault)
     except EngineFailed as err:
         print(f"hkv_vllm.e2e: {err}", file=sys.stderr)
         return 1

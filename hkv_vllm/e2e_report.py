@@ -45,7 +45,9 @@ def print_report(r: dict[str, Any], console: Console) -> None:
     if missing:
         console.print(f"[yellow]not exercised by this workload: {', '.join(missing)}[/]")
     if r["fault"]:
-        console.print(f"fault {r['fault']}: hkv's engine's KV cache negated between turns; tokens must differ")
+        what = {"stale-kv": "hkv's engine's KV cache negated between turns",
+                "no-copy": "the copies of fine hits' partial blocks dropped"}.get(r["fault"], r["fault"])
+        console.print(f"fault {r['fault']}: {what}; tokens must differ")
     console.print(f"trace (Mooncake format): {r['trace']}; report: {r['out']}/e2e_report.json")
     if r["mismatches"]:
         console.print(f"[bold red]FAILED[/]: tokens differ for (user, turn) {r['mismatches']}")

@@ -21,6 +21,7 @@ from hkv_vllm.e2e_workload import Workload, next_prompts, trace_records, write_t
 
 BLOCK_SIZE = 32  # vLLM's CPU attention takes multiples of 32
 DTYPES = ("float32", "bfloat16")
+FAULTS = ("stale-kv", "no-copy")  # broken variants the check must catch
 
 
 def engine_args(w: Workload, mode: str, model: Path, dtype: str = "float32") -> dict[str, Any]:
@@ -68,7 +69,21 @@ def scramble_kv(llm: Any) -> None:
             kv.neg_()
 
 
-def serve(w: Workload, mode: str, model: Path, progress: Path, dtype: str, fault: bool = False) -> dict[str, Any]:
+def drop_copies(manager: Any) -> None:
+    """The fault `no-copy`: the scheduler gets none of the copies of fine hits' partial blocks (the adapter
+    still completes them), so each such hit reads a block no copy filled."""
+    take = manager.take_kv_cache_block_copies
+
+    def dropped() -> tuple[list[Any], list[Any]]:
+        _, retained = take()
+        if retained:
+            manager.block_pool.free_blocks(retained)  # returned at once, as if the worker had copied them
+        return [], []
+
+    manager.take_kv_cache_block_copies = dropped
+
+
+def serve(w: Workload, mode: str, model: Path, progress: Path, dtype: str, fault: str | None = None) -> dict[str, Any]:
     _progress(progress, 0, w.turns + 1, "starting the engine")
     start = time.monotonic()
     from vllm import LLM, SamplingParams
@@ -79,6 +94,8 @@ def serve(w: Workload, mode: str, model: Path, progress: Path, dtype: str, fault
     started = time.monotonic()
     scheduler = llm.llm_engine.engine_core.engine_core.scheduler
     preemptions = _count_preemptions(scheduler)
+    if fault == "no-copy":
+        drop_copies(scheduler.kv_cache_manager)
     params = SamplingParams(temperature=0.0, max_tokens=w.answer_tokens, logprobs=1, ignore_eos=True)
     rows: list[dict[str, Any]] = []
     prompts: list[list[int]] = []
@@ -89,7 +106,7 @@ def serve(w: Workload, mode: str, model: Path, progress: Path, dtype: str, fault
         sent = int((time.monotonic() - started) * 1000)
         outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
         answers = [list(o.outputs[0].token_ids) for o in outs]
-        if fault:
+        if fault == "stale-kv":
             scramble_kv(llm)
         rows += [{"user": u, "turn": turn, "prompt": prompts[u], "tokens": answers[u], "timestamp": sent,
                   "logprobs": _token_logprobs(o.outputs[0]), "cached": int(o.num_cached_tokens or 0)}
@@ -120,7 +137,8 @@ def main() -> None:
     ap.add_argument("--progress", type=Path, required=True)
     ap.add_argument("--workload", required=True, help="the Workload as JSON")
     ap.add_argument("--dtype", choices=DTYPES, default=DTYPES[0])
-    ap.add_argument("--fault", action="store_true", help="scramble the KV cache between turns (scramble_kv)")
+    ap.add_argument("--fault", choices=FAULTS, help="stale-kv: scramble the KV cache between turns (scramble_kv); "
+                    "no-copy: drop fine hits' block copies (drop_copies)")
     ns = ap.parse_args()
     w = Workload(**json.loads(ns.workload))
     result = serve(w, ns.mode, ns.model, ns.progress, ns.dtype, ns.fault) | {"workload": asdict(w)}

@@ -89,3 +89,21 @@ def test_e2e_sliding_window_hybrid_equals_stock_vllm(tmp_path: Path) -> None:
     assert report["ok"] and report["token_equal"] == report["requests"] == 9, report["mismatches"]
     assert report["exercised"] == {"hits": True, "evictions": True, "preemptions": True}, report
     assert report["max_logprob_diff"] == 0.0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not E2E, reason=E2E_REASON)
+@pytest.mark.parametrize("fault", [None, "no-copy"], ids=["copies-run", "copies-dropped"])
+def test_e2e_fine_hits_copy_partial_blocks_on_vllms_worker(tmp_path: Path, fault: str | None) -> None:
+    """A 48-token system prompt in 32-token blocks: hkv's fine hits resume at 48, inside vLLM's second block,
+    whose first 16 rows vLLM's worker copies on write; tokens equal stock's, and without the copies
+    (`--fault no-copy`) every such hit reads a block nothing filled and the check fails."""
+    done = e2e(tmp_path, "--fine-hits", "--system-tokens", "48", *(["--fault", fault] if fault else []))
+    report = json.loads(done.stdout)
+    assert report["block_copies"] > 0 and report["engine"]["additional_config"] == {"hkv": {"fine_hits": True}}
+    assert any(r["cached"] % 32 for r in report["rows"])  # hits inside a vLLM block
+    if fault is None:
+        assert done.returncode == 0 and report["ok"] and report["token_equal"] == report["requests"] == 9
+        assert report["max_logprob_diff"] == 0.0
+    else:
+        assert done.returncode == 1 and not report["ok"] and report["mismatches"]
