@@ -79,10 +79,10 @@ class VllmLayout:
     def pool_pages(self) -> dict[str, int]:
         return {g.pool: g.pages for g in self.groups}
 
-    @property
-    def uniform(self) -> bool:
-        """Whether every group's block is one hkv block (vLLM's single-block-size case)."""
-        return all(g.block_size == self.block_tokens for g in self.groups)
+    uniform: bool = attrs.field(init=False)  # every group's block is one hkv block (vLLM's single block size)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(self, "uniform", all(g.block_size == self.block_tokens for g in self.groups))
 
 
 def layout_from_kv_cache_config(kv_cache_config: Any, *, hash_block_size: int | None = None,

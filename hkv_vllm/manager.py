@@ -193,7 +193,10 @@ class HkvKVCacheManager:
         return blocks
 
     def _covered(self, entry: Entry, tokens: int) -> bool:
-        """Whether the request's blocks in every group already cover `tokens`."""
+        """Whether the request's blocks in every group already cover `tokens` (one test when every group's
+        block is one hkv block: the hot path of a decode step)."""
+        if self.vllm_layout.uniform:
+            return -(-tokens // self._block_tokens) <= len(entry.blocks[0])
         return all(-(-tokens // g.block_size) <= len(entry.blocks[g.group_id]) for g in self.groups)
 
     def _allocate(self, entry: Entry, target: int, hit_ids: list[list[int]], hit_tokens: int) -> Any:
