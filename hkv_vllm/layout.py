@@ -31,6 +31,7 @@ UnsupportedVllmConfig naming the group.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import attrs
@@ -86,17 +87,20 @@ class VllmLayout:
 
 
 def layout_from_kv_cache_config(kv_cache_config: Any, *, hash_block_size: int | None = None,
-                                name: str = "vllm") -> VllmLayout:
+                                name: str = "vllm", fine_hits: bool = False) -> VllmLayout:
     """The hkv layout of vLLM's `KVCacheConfig` (UnsupportedVllmConfig for a group hkv does not serve yet).
 
     hkv's block is vLLM's hash block (`hash_block_size`, default the smallest group block size): every
-    group's block size must be a whole number of them, and a sliding-window group's exactly one."""
+    group's block size must be a whole number of them, and a sliding-window group's exactly one.  Hits land
+    on the LCM of the block sizes, or with `fine_hits` on any hkv block: each must be a whole number of every
+    group's `tokens_per_state` (a compressed group's tokens per entry)."""
     specs = [g.kv_cache_spec for g in kv_cache_config.kv_cache_groups]
     if not specs:
         raise UnsupportedVllmConfig(feature="kv_cache_groups", detail="no KV cache group (an attention-free model)")
     windows = [_window(i, spec) for i, spec in enumerate(specs)]
     block = hash_block_size if hash_block_size is not None else min(s.block_size for s in specs)
     engine_groups = [_engine_group(i, spec, windows[i], block) for i, spec in enumerate(specs)]
+    _check_states(specs, block if fine_hits else math.lcm(*(s.block_size for s in specs)), fine_hits)
     share = (kv_cache_config.num_blocks - 1) // len(specs)  # block 0 is vLLM's null block, hkv's NULL page
     if share < 1:
         raise UnsupportedVllmConfig(feature="num_blocks",
@@ -110,6 +114,17 @@ def layout_from_kv_cache_config(kv_cache_config: Any, *, hash_block_size: int | 
     groups = tuple(GroupPool(group_id=i, pool=pools[i], block_size=spec.block_size, window=windows[i],
                              offset=i * share, pages=share) for i, spec in enumerate(specs))
     return VllmLayout(layout=layout, groups=groups, num_blocks=kv_cache_config.num_blocks, block_tokens=block)
+
+
+def _check_states(specs: list[Any], hit_unit: int, fine_hits: bool) -> None:
+    """Every hit (a multiple of `hit_unit` tokens) ends on a whole entry of every compressed group."""
+    for i, spec in enumerate(specs):
+        per_state = getattr(spec, "tokens_per_state", 1) or 1
+        if hit_unit % per_state:
+            raise UnsupportedVllmConfig(feature=f"kv_cache_groups[{i}]",
+                                        detail=f"a group of {per_state} tokens per state with hits every "
+                                               f"{hit_unit} tokens{' (fine hits)' if fine_hits else ''}: a hit "
+                                               f"would end inside a state")
 
 
 def _engine_group(group_id: int, spec: Any, window: int, block: int) -> EngineGroup:

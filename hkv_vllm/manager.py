@@ -69,7 +69,8 @@ class HkvKVCacheManager:
         # fine hits: hkv keys blocks finer than vLLM hashes them and resumes at any of them, copying a hit's
         # partial last block on vLLM's worker (`copies.py`); else hkv's block is vLLM's hash block
         block = math.gcd(hash_block_size, FINE_HIT_TOKENS) if fine_hits else hash_block_size
-        self.vllm_layout: VllmLayout = layout_from_kv_cache_config(kv_cache_config, hash_block_size=block)
+        self.vllm_layout: VllmLayout = layout_from_kv_cache_config(kv_cache_config, hash_block_size=block,
+                                                                   fine_hits=fine_hits)
         self.fine_hits = fine_hits
         # vLLM zeroes new blocks of a mixed-precision cache because one block id may pass from a group of one
         # dtype to a group of another and decode stale bytes as NaN; hkv's split gives each block id to one

@@ -182,3 +182,22 @@ def test_under_memory_pressure_copies_evictions_and_preemptions_leave_nothing_he
     assert m.hkv.stats["copies"] >= 1 and m.hkv.stats["evictions"] >= 1
     assert not m.copies.held and not m.copies.pending and not m.copies.open and not m.hkv.core.plans
     assert m.blocks.held == 0
+
+
+def test_fine_hits_are_refused_where_a_hit_would_end_inside_a_compressed_state():
+    """DeepSeek-V4's compressed groups as vLLM lays them out: one state per 128 tokens (HCA); hits every 16
+    tokens would end inside a state whose compressor rows vLLM keeps elsewhere - refused by name."""
+    import torch
+    from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, MLAAttentionSpec
+
+    from hkv_vllm import UnsupportedVllmConfig
+    from hkv_vllm.manager import HkvKVCacheManager
+
+    spec = MLAAttentionSpec(block_size=256, num_kv_heads=1, head_size=512, dtype=torch.bfloat16,
+                            tokens_per_state=128)
+    config = KVCacheConfig(num_blocks=16, kv_cache_tensors=[], kv_cache_groups=[KVCacheGroupSpec(["l"], spec)])
+    args = dict(max_model_len=2048, scheduler_block_size=256, hash_block_size=256)
+    assert HkvKVCacheManager(config, **args).vllm_layout.block_tokens == 256  # whole blocks: whole states
+    with pytest.raises(UnsupportedVllmConfig, match="inside a state") as err:
+        HkvKVCacheManager(config, **args, fine_hits=True)
+    assert err.value.feature == "kv_cache_groups[0]"
