@@ -23,8 +23,9 @@ tokens).
 
 Served: full attention (`FullAttentionSpec`, MLA's `MLAAttentionSpec`) and
 sliding windows (`SlidingWindowSpec`, MLA's `SlidingWindowMLASpec` without
-bounded replay), of any block sizes, KV shapes and dtypes.  Any other spec
-(Mamba, chunked local, cross attention, DeepSeek-V4's compressed groups), or
+bounded replay), chunked local attention (as a window of its chunk size), of
+any block sizes, KV shapes and dtypes.  Any other spec (Mamba, HiSparse,
+cross attention), or
 a sliding window whose block is more than one hash block, raise
 UnsupportedVllmConfig naming the group.
 """
@@ -43,7 +44,8 @@ from hkv_vllm.errors import UnsupportedVllmConfig
 
 TORCH_DTYPES = {"torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float32": "fp32"}
 PAGE_ALIGNMENT_BYTES = 16  # the smallest hkv accepts: one page is exactly one vLLM block
-SERVED_SPECS = ("FullAttentionSpec", "MLAAttentionSpec", "SlidingWindowSpec", "SlidingWindowMLASpec")
+SERVED_SPECS = ("FullAttentionSpec", "MLAAttentionSpec", "SlidingWindowSpec", "SlidingWindowMLASpec",
+                "ChunkedLocalAttentionSpec")
 
 
 @attrs.frozen(kw_only=True)
@@ -140,27 +142,32 @@ def _engine_group(group_id: int, spec: Any, window: int, block: int) -> EngineGr
 
 
 def _window(group_id: int, spec: Any) -> int:
-    """The group's sliding window (0: full attention); UnsupportedVllmConfig for a spec hkv does not serve."""
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
+    """The group's sliding window (0: full attention); UnsupportedVllmConfig for a spec hkv does not serve.
 
-    kind = type(spec).__name__
-    if kind not in SERVED_SPECS or not isinstance(spec, FullAttentionSpec | SlidingWindowSpec):
-        raise UnsupportedVllmConfig(feature=f"kv_cache_groups[{group_id}]",
-                                    detail=f"a {kind} group (served: {', '.join(SERVED_SPECS)})")
-    if isinstance(spec, SlidingWindowSpec):
+    A chunked local group (Llama 4's local layers: token p attends to its chunk, from p // C * C) is a window
+    of C tokens: the chunk lies within the last C tokens, so the window keeps every block the chunk reads
+    (and up to C - 1 tokens more than vLLM keeps).  A full-attention group that the model computes as a
+    window or in chunks keeps every block, as vLLM keeps them."""
+    from vllm.v1.kv_cache_interface import ChunkedLocalAttentionSpec, FullAttentionSpec, SlidingWindowSpec
+
+    kind, where = type(spec).__name__, f"kv_cache_groups[{group_id}]"
+    if kind not in SERVED_SPECS or not isinstance(spec, FullAttentionSpec | SlidingWindowSpec
+                                                  | ChunkedLocalAttentionSpec):
+        raise UnsupportedVllmConfig(feature=where, detail=f"a {kind} group (served: {', '.join(SERVED_SPECS)})")
+    if isinstance(spec, ChunkedLocalAttentionSpec):
+        window = spec.attention_chunk_size
+    elif isinstance(spec, SlidingWindowSpec):
         if getattr(spec, "bounded_replay", False):
-            raise UnsupportedVllmConfig(feature=f"kv_cache_groups[{group_id}]",
+            raise UnsupportedVllmConfig(feature=where,
                                         detail="a SlidingWindowMLASpec group with bounded replay (vLLM recomputes "
                                                "its window after a hit and rebuilds the compressor state from "
                                                "it; hkv never recomputes a window)")
-        if spec.sliding_window < 2:
-            raise UnsupportedVllmConfig(feature=f"kv_cache_groups[{group_id}]",
-                                        detail=f"a sliding window of {spec.sliding_window} tokens (at least 2)")
-        return int(spec.sliding_window)
-    if spec.sliding_window is not None or spec.attention_chunk_size is not None:
-        raise UnsupportedVllmConfig(feature=f"kv_cache_groups[{group_id}]",
-                                    detail="a full-attention group computed as sliding-window or chunked attention")
-    return 0
+        window = spec.sliding_window
+    else:
+        return 0
+    if window < 2:
+        raise UnsupportedVllmConfig(feature=where, detail=f"a window or chunk of {window} tokens (at least 2)")
+    return int(window)
 
 
 def _dtype(dtype: Any) -> str:

@@ -103,7 +103,6 @@ def test_hybrid_groups_share_pools_by_spec_and_split_the_block_ids():
     (lambda: (sliding_mla(128, bounded_replay=True),), "kv_cache_groups[0]", "bounded replay"),
     (lambda: (full(), sliding(64, block_size=32)), "kv_cache_groups[1]", "32-token blocks with 16-token hash"),
     (lambda: (full(block_size=24), full()), "kv_cache_groups[0]", "a whole number of hash blocks"),
-    (lambda: (full(sliding_window=128),), "kv_cache_groups[0]", "sliding-window or chunked"),
     (lambda: (full(dtype="int8"),), "kv_cache_dtype", "int8"),
     (lambda: (), "kv_cache_groups", "no KV cache group"),
 ])
@@ -185,6 +184,19 @@ def test_an_invalid_retention_interval_is_refused_as_vllm_refuses_it():
     config = replace(kv_config(full(), sliding(32)), prefix_cache_retention_interval=24)
     with pytest.raises(ValueError, match="multiple of scheduler_block_size"):
         HkvKVCacheManager(config, max_model_len=2048, scheduler_block_size=16, hash_block_size=16)
+
+
+def test_chunked_local_attention_is_a_window_of_its_chunk_and_a_windowed_full_group_keeps_everything():
+    import torch
+    from vllm.v1.kv_cache_interface import ChunkedLocalAttentionSpec
+
+    from hkv_vllm.layout import layout_from_kv_cache_config
+
+    chunked = ChunkedLocalAttentionSpec(block_size=16, num_kv_heads=2, head_size=64, dtype=torch.float16,
+                                        attention_chunk_size=64)
+    got = layout_from_kv_cache_config(kv_config(full(), chunked, full(sliding_window=128),
+                                                full(attention_chunk_size=64)))
+    assert [g.window for g in got.groups] == [0, 64, 0, 0]  # the chunk lies within the last 64 tokens
 
 
 def test_no_block_beside_the_null_block_is_refused():
