@@ -55,8 +55,8 @@ KNOWN_DIFFERENCES = {  # test (without parameters) -> the reason it fails with h
     "test_eagle_with_sliding_window": VISIBILITY,
     "test_eagle_swa_alignment_caches_extra_block": VISIBILITY,  # block sizes differ: a primed cache never computed
     "test_swa_free_split_keeps_cached_tail_ahead_of_scratch": VISIBILITY,  # block hashes set at allocation
-    "test_different_block_size": BLOCK_IDS,
-    "test_chunked_local_free_waits_for_in_flight_step": CHUNK_WINDOW,  # 4 blocks dropped where vLLM drops 6  # the window group's ids 5..11 (hkv: that group's share, 50..56)
+    "test_different_block_size": BLOCK_IDS,  # the window group's ids 5..11 (hkv: that group's share, 50..56)
+    "test_chunked_local_free_waits_for_in_flight_step": CHUNK_WINDOW,  # 4 blocks dropped where vLLM drops 6
     "test_pure_swa_retention_interval_caches_sparse_tails": INTERNALS,  # asserts vLLM's coordinator class
     "test_prefill": BLOCK_HASHES,  # block_pool.blocks[i].block_hash == vLLM's hash_block_tokens(...)
     "test_prefill_plp": BLOCK_HASHES,
