@@ -40,7 +40,7 @@ from hkv_exec_ref.engine.results import TIER_NAMES, ServeResult, cached_by_kind
 from hkv_exec_ref.engine.speculative import DraftSpec, Proposer, accepted_count
 from hkv_exec_ref.engine.tiered import TierLink, TierOptions
 from hkv_exec_ref.executor import RefExecutor
-from hkv_exec_ref.tiers.cache_dir import stored_key_seed
+from hkv_exec_ref.tiers.cache_dir import checked_directory, stored_key_seed
 from hkv_exec_ref.tiers.disk_store import DiskFaults
 from hkv_exec_ref.tiers.remote_config import RemoteTierConfig
 from hkv_exec_ref.tiny_v4 import Config, Fault, ModelState, TinyV4, state_problems
@@ -117,7 +117,7 @@ class Engine:
         layout = Layout.from_preset(TINY_PRESET)
         executor = executor if executor is not None else RefExecutor()
         model = TinyV4(Config.from_hf_config(load_preset_config(TINY_PRESET), seed=seed), xp=executor.xp)
-        stored = stored_key_seed(disk_dir)
+        stored = stored_key_seed(checked_directory(disk_dir, action="Engine.tiny", argument="disk_dir"))
         config = ManagerConfig(**{"key_seed": seed if stored is None else stored, **TINY_DEFAULTS, **limits})
         tiers = None
         if disk_dir is not None or host_bytes or remote is not None:

@@ -17,7 +17,7 @@ import json
 import os
 from pathlib import Path
 
-from hkv_core.errors import ConfigError, TierError
+from hkv_core.errors import ConfigError, InvalidArgument, TierError
 
 META_FILE, LOCK_FILE, RECORDS_DIR = "cache.json", "lock", "records"
 META_FORMAT = 1  # cache.json's own format
@@ -74,6 +74,18 @@ class CacheDirectory:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+def checked_directory(directory: object, *, action: str, argument: str) -> Path | None:
+    """`directory` as a Path (None stays None); InvalidArgument for anything but a non-empty str or PathLike
+    (an empty string would silently mean the current working directory)."""
+    if directory is None:
+        return None
+    if not isinstance(directory, str | os.PathLike) or not str(os.fspath(directory)).strip():
+        raise InvalidArgument(action=action, argument=argument, value=directory,
+                              reason="must be None or a non-empty path of a directory (\"\" would be the current "
+                                     "working directory)")
+    return Path(directory)
 
 
 def stored_key_seed(directory: str | Path | None) -> int | None:

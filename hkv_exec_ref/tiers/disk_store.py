@@ -271,15 +271,24 @@ class DiskStore:
         return header
 
     def quarantine(self, name: str) -> None:
-        path = self._path(name, RECORD_SUFFIX)
         with self.lock:
-            try:
-                if path.exists():
-                    os.replace(path, self._path(name, BAD_SUFFIX))
-            except OSError:  # never served either way: the next scan checks it again
-                self.counts["quarantine_error"] += 1
+            self._set_aside(self._path(name, RECORD_SUFFIX), self._path(name, BAD_SUFFIX))
             self.sizes.pop(name, None)
-            self.counts["quarantined"] += 1
+
+    def _set_aside(self, path: Path, target: Path) -> None:
+        """Rename whatever `path` is (a file, a directory, a link, broken or not) to `target`, or to a free
+        name beside it; counted.  Never served either way: a rename that fails is counted, and the next scan
+        sets it aside again."""
+        try:
+            if os.path.lexists(path):
+                n = 0
+                while os.path.lexists(target):
+                    n += 1
+                    target = target.with_name(f"{target.name[:-len(BAD_SUFFIX)]}.{n}{BAD_SUFFIX}")
+                os.replace(path, target)
+        except OSError:
+            self.counts["quarantine_error"] += 1
+        self.counts["quarantined"] += 1
 
     def remove(self, name: str) -> None:
         """Delete record `name` (eviction); the directory is not fsynced: a record that comes back after a crash
@@ -313,17 +322,23 @@ class DiskStore:
         found: dict[str, RecordHeader] = {}
         self.sizes.clear()
         for temp in sorted(self.directory.glob(f"*{TEMP_SUFFIX}")):
+            if temp.is_symlink() or not temp.is_file():  # a directory or a link named like a temporary file
+                self._set_aside(temp, temp.with_name(temp.name + BAD_SUFFIX))
+                continue
             temp.unlink()
             self.counts["temp_removed"] += 1
         for path in sorted(self.directory.glob(f"*{RECORD_SUFFIX}")):
             name = path.name[:-len(RECORD_SUFFIX)]
+            if not name or name.startswith(".") or path.is_symlink() or not path.is_file():
+                self._set_aside(path, path.with_name(path.name + BAD_SUFFIX))  # a directory, a link, a bare ".rec"
+                continue
             try:
                 with open(path, "rb") as f:
                     found[name] = self._checked_header(f.read(HEADER_BYTES), name)
-            except RecordCorrupt:
+                self.sizes[name] = path.stat().st_size
+            except (RecordCorrupt, OSError):  # unreadable, or not a record of this layout
+                found.pop(name, None)
                 self.quarantine(name)
-                continue
-            self.sizes[name] = path.stat().st_size
         return found
 
     def _path(self, name: str, suffix: str) -> Path:

@@ -33,7 +33,7 @@ from numpy.typing import NDArray
 from hkv_core.errors import RecordCorrupt, TierError, TierFull
 from hkv_core.layout import PoolSpec
 from hkv_core.tiers.record import HEADER_BYTES, UNSUMMED, RecordHeader, pack_header
-from hkv_exec_ref.tiers.cache_dir import RECORDS_DIR, CacheDirectory
+from hkv_exec_ref.tiers.cache_dir import RECORDS_DIR, CacheDirectory, checked_directory
 from hkv_exec_ref.tiers.disk_store import Buffer, Crash, DiskFaults, DiskStore
 from hkv_exec_ref.tiers.disk_writer import DiskWriter, Record, record_bytes
 from hkv_exec_ref.tiers.host_store import HostStore
@@ -51,6 +51,7 @@ class TierCache:
                  faults: DiskFaults | None = None, loads_in_flight: int = 4,
                  remote: RemoteTierConfig | None = None) -> None:
         self.pools, self.fingerprint, self.abi_id = tuple(pools), layout_fingerprint, span_abi_id(pools)
+        directory = checked_directory(directory, action="TierCache", argument="directory")  # before anything
         try:
             self.host = HostStore(host_bytes)
         except (MemoryError, ValueError, OverflowError, OSError) as err:
@@ -61,7 +62,7 @@ class TierCache:
         self.host_headers: dict[str, RecordHeader] = {}  # each host record's header, as packed into its image
         self.disk_lru: OrderedDict[str, None] = OrderedDict()
         self.counts: Counter[str] = Counter()
-        self.directory = Path(directory) if directory is not None else None
+        self.directory = directory
         self.disk: DiskStore | None = None
         self.writer: DiskWriter | None = None
         self.moving: set[str] = set()  # records on their way to disk (host copy kept until the batch settles)

@@ -148,3 +148,53 @@ def test_a_finished_request_leaves_its_head_most_recent(tmp_path: Path) -> None:
     blocks = [order.index(record_name(k, BLOCK)) for k in keys]
     assert blocks == sorted(blocks, reverse=True)  # the head block is the most recent, the tail the least
     assert order.index(record_name(keys[1], POINT)) > order.index(record_name(keys[2], BLOCK))
+
+
+@pytest.mark.parametrize("stray", ["dir.rec", "dir.tmp", "broken.rec", "broken.tmp", "link.rec", ".rec"])
+def test_anything_named_like_a_record_that_is_not_one_is_set_aside_and_counted(tmp_path: Path, stray: str) -> None:
+    """A directory, a broken or a working symlink, a bare `.rec`: each is quarantined (renamed `*.bad`) and
+    counted at open, and every later open works - one stray entry never blocks a restart."""
+    tiers = cache(tmp_path, host_records=0, disk_records=4)
+    tiers.put(BLOCK, key(1), 0, 8, bytes(100))
+    tiers.drain()
+    good = record_name(key(1))
+    tiers.close()
+    records = tmp_path / "records"
+    entry = records / stray
+    if stray.startswith("dir"):
+        entry.mkdir()
+        (entry / "inside").write_bytes(b"x")
+    elif stray.startswith("broken"):
+        entry.symlink_to(tmp_path / "nowhere")
+    elif stray.startswith("link"):
+        entry.symlink_to(records / f"{good}.rec")  # a link to a valid record is still not a record file
+    else:
+        entry.write_bytes(b"garbage")
+    for _ in range(2):  # the open that finds it, and the next one
+        reopened = cache(tmp_path, host_records=0, disk_records=4)
+        assert list(reopened.disk_lru) == [good]  # the valid record still served
+        assert reopened.disk is not None
+        reopened.close()
+    assert not (records / stray).is_symlink() and not (records / stray).exists()
+    assert any(p.name.startswith(stray) and p.name.endswith(".bad") for p in records.iterdir())
+
+
+def test_a_stray_entry_is_counted_as_quarantined(tmp_path: Path) -> None:
+    cache(tmp_path, host_records=0, disk_records=4).close()
+    (tmp_path / "records" / "x.rec").mkdir()
+    reopened = cache(tmp_path, host_records=0, disk_records=4)
+    assert reopened.disk is not None and reopened.disk.counts["quarantined"] == 1
+    reopened.close()
+
+
+@pytest.mark.parametrize("bad", ["", "   ", 7, b"dir"])
+def test_an_empty_or_non_path_directory_is_refused_and_creates_nothing(tmp_path: Path, monkeypatch, bad) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidArgument) as err:
+        Engine.tiny(0, disk_dir=bad)
+    assert err.value.argument == "disk_dir"
+    with pytest.raises(InvalidArgument) as err:
+        TierCache(pools=LAYOUT.pools, layout_fingerprint=LAYOUT.fingerprint(), model_id="m", key_seed=1,
+                  host_bytes=0, directory=bad, disk_bytes=RECORD)
+    assert err.value.argument == "directory"
+    assert list(tmp_path.iterdir()) == []  # no cache.json, lock or records/ in the working directory
