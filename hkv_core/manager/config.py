@@ -22,6 +22,8 @@ from hkv_core.manager.config_bounds import (
     METADATA_MEMORY_SHARE,
 )
 
+EVICTIONS = ("lru", "adaptive")  # ManagerConfig.eviction's choices (hkv_core/manager/index/eviction.py)
+
 DEFAULT_POOL_PAGES = 4096
 DEFAULT_MAX_REQUESTS = 256
 DEFAULT_RETAIN_EVERY_BLOCKS = 16
@@ -104,6 +106,9 @@ class ManagerConfig:
       still separate tenants).  repr never prints it.
     - `block_hash`: the block-key hash, "xxh3_128" (default) or "sha256"
       (hkv_core.block_keys).
+    - `eviction`: the prefix cache's eviction policy, "lru" (default) or
+      "adaptive" (admission by learned reuse, recency with a use-rate bonus;
+      docs/replay.md); both evict children before parents.
     - `max_metadata_bytes`: the most host memory the manager's tables may
       take (`estimate_metadata`); None: half of physical memory.  A config
       that needs more is refused with MetadataTooLarge before anything is
@@ -132,6 +137,7 @@ class ManagerConfig:
     device_alignment_bytes: int | None = None
     key_seed: int | None = attrs.field(default=None, repr=_hidden)
     block_hash: str = DEFAULT_BLOCK_HASH
+    eviction: str = "lru"
     max_metadata_bytes: int | None = None
     debug_checks: bool = False
     kv_events: bool = False
@@ -178,6 +184,9 @@ class ManagerConfig:
             got = type(seed).__name__ if not isinstance(seed, int) else "an integer out of range"  # never the value
             raise ConfigError(f"expected None or an integer in [0, 2**64), got {got}", source="ManagerConfig",
                               key="key_seed")
+        if self.eviction not in EVICTIONS:
+            raise ConfigError(f"unknown eviction policy {self.eviction!r}; the choices: {', '.join(EVICTIONS)}",
+                              source="ManagerConfig", key="eviction")
         if self.block_hash not in ALGORITHMS:
             raise ConfigError(f"unknown block hash {self.block_hash!r}; the choices: {', '.join(ALGORITHMS)}",
                               source="ManagerConfig", key="block_hash")

@@ -13,6 +13,7 @@ model checker explores manager states by cloning).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import attrs
@@ -24,6 +25,7 @@ from hkv_core.layout import Layout
 from hkv_core.manager import footprint
 from hkv_core.manager.config import ManagerConfig
 from hkv_core.manager.index import EventLog, PrefixIndex
+from hkv_core.manager.index.eviction import PolicyFactory, build_policy
 from hkv_core.manager.lanes import build_lanes
 from hkv_core.manager.limits import Limits
 from hkv_core.manager.page_pools import PagePools
@@ -48,7 +50,8 @@ class PlanRecord:
 class Core:
     """All manager state; no locking here (the facade locks)."""
 
-    def __init__(self, layout: Layout, config: ManagerConfig, spec: LifecycleSpec | None = None) -> None:
+    def __init__(self, layout: Layout, config: ManagerConfig, spec: LifecycleSpec | None = None,
+                 eviction_policy: PolicyFactory | None = None) -> None:
         self.layout, self.config = layout, config
         self.block_tokens = layout.block_tokens
         self.spec = spec or load_lifecycle()
@@ -62,7 +65,8 @@ class Core:
         self.member = {m.name: pool for pool in self.pools for m in pool.spec.members}
         log = EventLog(config.max_pending_events, layout.block_tokens) if config.kv_events else None
         self.index = PrefixIndex(self.tables, self.limits, self.objects, block_columns(self.pools),
-                                 point_columns(self.pools, layout.block_tokens), self.requests, log)
+                                 point_columns(self.pools, layout.block_tokens), self.requests, log,
+                                 eviction_policy or functools.partial(build_policy, config.eviction))
         self._bind_roles()
         self.hasher = BlockHasher(block_tokens=layout.block_tokens, seed=config.key_seed, algorithm=config.block_hash,
                                   namespace=layout.fingerprint())  # keys never meet another layout's

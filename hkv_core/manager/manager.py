@@ -55,6 +55,7 @@ from hkv_core.manager import (
 )
 from hkv_core.manager.config import ManagerConfig
 from hkv_core.manager.core import Core
+from hkv_core.manager.index.eviction import PolicyFactory
 from hkv_core.manager.invariants import check_invariants
 from hkv_core.manager.lanes import managed_pools
 from hkv_core.manager.page_pools import NO_OWNER
@@ -89,8 +90,13 @@ def _locked(method: Callable[P, R]) -> Callable[P, R]:
 class CacheManager:
     """Prefix index, hit validation, leases, allocation, copy plans and eviction over static pools."""
 
-    def __init__(self, layout: Layout, config: ManagerConfig | None = None) -> None:
-        """InvalidArgument when `layout` is not a Layout or `config` is neither None nor a ManagerConfig."""
+    def __init__(self, layout: Layout, config: ManagerConfig | None = None, *,
+                 eviction_policy: PolicyFactory | None = None) -> None:
+        """InvalidArgument when `layout` is not a Layout or `config` is neither None nor a ManagerConfig.
+
+        The eviction policy is `config.eviction`'s ("lru" or "adaptive"); `eviction_policy`, a factory
+        `(block_rows, block_keys) -> EvictionPolicy` (hkv_core.manager.index.eviction), runs another one
+        instead (the replay's offline Belady optimum)."""
         if not isinstance(layout, Layout):
             raise InvalidArgument(action="CacheManager", argument="layout", value=layout,
                                   reason=f"must be a hkv_core.layout.Layout (Layout.from_preset, Layout.from_hf_config)"
@@ -98,7 +104,10 @@ class CacheManager:
         if config is not None and not isinstance(config, ManagerConfig):
             raise InvalidArgument(action="CacheManager", argument="config", value=config,
                                   reason=f"must be None or a ManagerConfig, got {type(config).__name__}")
-        self.core = Core(layout, config if config is not None else ManagerConfig())
+        if eviction_policy is not None and not callable(eviction_policy):
+            raise InvalidArgument(action="CacheManager", argument="eviction_policy", value=eviction_policy,
+                                  reason="must be None or a callable (block_rows, block_keys) -> EvictionPolicy")
+        self.core = Core(layout, config if config is not None else ManagerConfig(), eviction_policy=eviction_policy)
         self._lock = threading.RLock()
 
     def clone(self) -> CacheManager:

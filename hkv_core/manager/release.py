@@ -33,5 +33,9 @@ def release(core: Core, req: RequestState) -> None:
     req.block_rows = req.point_rows = 0
     req.pending_points.clear()
     req.ahead.clear()  # its unverified reservations were aborted with its other private objects (never published)
+    outputs = len(req.tokens) - req.prompt_tokens  # what an adaptive policy buckets new blocks by
+    hint = getattr(core.index.policy, "hint", None)
+    if hint is not None and outputs > 0:  # (a request that decoded nothing keeps the bucket a caller told it)
+        hint(outputs)
     core.index.touch(req.chain.view())  # its whole chain was in use until now: its LRU entries, deepest first
     core.requests.forget(req)

@@ -28,8 +28,8 @@ from numpy.typing import NDArray
 from hkv_core.errors import ConfigError, OutOfPages
 from hkv_core.layout import Layout
 from hkv_core.manager import CacheManager, ManagerConfig
+from hkv_core.manager.index.adaptive import AdaptivePolicy
 from hkv_core.plan import Completion
-from hkv_core.replay.adaptive import AdaptivePolicy
 from hkv_core.replay.belady import NEVER, BeladyPolicy
 from hkv_core.replay.tiers import TierReplay, TierTotals
 from hkv_core.replay.trace import TraceRequest, check_requests, prompt_of
@@ -117,8 +117,11 @@ def manager_for(requests: Sequence[TraceRequest], config: ReplayConfig, *, kv_ev
         capacity = (unique + SPARE_PAGES) * config.block_tokens
     pages = {spec.name: max(1, capacity // spec.tokens_per_page) for spec in layout.pools}
     longest = max(r.input_length for r in requests)
+    belady = config.policy == "belady"  # the offline optimum: a policy of its own, given to the constructor
     return CacheManager(layout, ManagerConfig(pool_pages=pages, max_requests=1, max_request_tokens=longest,
-                                              key_seed=0, kv_events=kv_events))
+                                              key_seed=0, kv_events=kv_events,
+                                              eviction="lru" if belady else config.policy),
+                        eviction_policy=(lambda rows, keys: BeladyPolicy(rows)) if belady else None)
 
 
 Hint = Callable[[CacheManager, int], None]  # told before a request's release: the manager, the request id
@@ -156,10 +159,12 @@ def next_uses(requests: Sequence[TraceRequest]) -> list[NDArray[np.int64]]:
 
 
 def _hints(m: CacheManager, requests: Sequence[TraceRequest], policy: str) -> list[Hint]:
-    """Install `policy` in the manager's index; per request, what it is told before the release (none for lru)."""
-    rows = m.core.limits.block_rows
+    """Per request, what the manager's policy (built by `manager_for`) is told before the release (none for
+    lru)."""
+    running = m.core.index.policy
     if policy == "belady":  # the offline optimum: the index orders eviction by each block's next use
-        belady = m.core.index.policy = BeladyPolicy(rows)
+        assert isinstance(running, BeladyPolicy), running
+        belady = running
         future = next_uses(requests)
 
         def next_use(at: int) -> Hint:
@@ -169,7 +174,8 @@ def _hints(m: CacheManager, requests: Sequence[TraceRequest], policy: str) -> li
             return tell
         return [next_use(i) for i in range(len(requests))]
     if policy == "adaptive":  # online: told only what serving knows at the release (the output's length)
-        adaptive = m.core.index.policy = AdaptivePolicy(rows, m.core.index.blocks.key)
+        assert isinstance(running, AdaptivePolicy), running
+        adaptive = running
 
         def output(tokens: int) -> Hint:
             return lambda m, rid: adaptive.hint(tokens)

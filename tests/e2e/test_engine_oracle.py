@@ -104,11 +104,14 @@ REQUEST = st.tuples(st.integers(0, 2),  # base prompt
 BASES = [np.random.default_rng(100 + i).integers(0, 64, 64) for i in range(3)]
 
 
+@pytest.mark.parametrize("eviction", ["lru", "adaptive"])
 @settings(max_examples=12)
 @given(st.lists(REQUEST, min_size=2, max_size=7), st.integers(1, 3), st.integers(0, 3))
-def test_random_workloads_equal_recompute(requests: list[tuple[int, int, int, int, int | None, str | None, bool]],
+def test_random_workloads_equal_recompute(eviction: str,
+                                          requests: list[tuple[int, int, int, int, int | None, str | None, bool]],
                                           retain: int, seed: int) -> None:
-    engine = Engine.tiny(seed=seed, default_pool_pages=40, retain_every_blocks=retain, check_states=True)
+    engine = Engine.tiny(seed=seed, default_pool_pages=40, retain_every_blocks=retain, check_states=True,
+                         eviction=eviction)
     rng = np.random.default_rng(seed)
     for base, shared, extra, new, chunk, salt, evict in requests:
         prompt = np.concatenate([BASES[base][:shared], rng.integers(0, 64, extra)])
@@ -119,6 +122,27 @@ def test_random_workloads_equal_recompute(requests: list[tuple[int, int, int, in
             engine.evict()
     assert check_invariants(engine.manager) == []
     assert engine.executor.addresses() == engine.addresses
+
+
+def test_the_adaptive_policy_serves_a_pressured_engine_exactly_and_learns_from_its_outputs() -> None:
+    """ManagerConfig(eviction="adaptive") in a serving engine: 16 pages a pool for chats that need more, so the
+    adaptive policy orders every eviction; outputs equal recomputation, and it is told each released
+    request's output tokens (its admission buckets)."""
+    from hkv_core.manager.index.adaptive import AdaptivePolicy
+
+    engine = Engine.tiny(default_pool_pages=16, retain_every_blocks=1, check_states=True, eviction="adaptive")
+    policy = engine.manager.core.index.policy
+    assert isinstance(policy, AdaptivePolicy)
+    hits = 0
+    for turn in range(6):
+        for base in BASES:
+            prompt = np.concatenate([base[:16 + 8 * turn], [turn + 1]])
+            served = engine.generate(prompt, 3)
+            assert_exact(served, engine.recompute(prompt, 3))
+            hits += served.cached_tokens
+            assert policy.bucket == (3).bit_length()  # 3 output tokens: bucket 2
+    assert hits > 0 and engine.manager.core.stats["evictions"] > 0
+    assert policy.clock > 0 and check_invariants(engine.manager) == []
 
 
 # --- the oracle can fail ----------------------------------------------------------------------

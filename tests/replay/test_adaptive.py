@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from hkv_core.manager.index.adaptive import BETAS, DECLINED, AdaptivePolicy
+from hkv_core.manager.index.shadow import SAMPLE_MODULUS, Shadows
 from hkv_core.replay import ReplayConfig, TraceRequest, replay
-from hkv_core.replay.adaptive import BETAS, DECLINED, AdaptivePolicy
-from hkv_core.replay.shadow import SAMPLE_MODULUS, Shadows
 from hkv_core.replay.synthetic import SessionTraceConfig, session_trace
 
 CHATTY, ONE_SHOT = 1, 1000  # output tokens: bucket 1 and bucket 10

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from hkv_core.errors import ConfigError
+from hkv_core.manager.index.adaptive import AdaptivePolicy
 from hkv_core.replay import ReplayConfig, TraceRequest, read_trace, replay
-from hkv_core.replay.adaptive import AdaptivePolicy
 from hkv_core.replay.run import manager_for
 from hkv_core.replay.trace import MAX_TRACE_LINE_BYTES, prompt_of
 
@@ -44,9 +44,8 @@ def test_a_trace_that_is_not_prefix_chained_is_refused(tmp_path: Path) -> None:
 
 def test_a_cloned_adaptive_manager_reads_its_own_keys() -> None:
     trace = [request(0, 4, 1, 2), request(1, 4, 5, 6)]
-    config = ReplayConfig(block_tokens=4)
-    m = manager_for(trace, config)
-    m.core.index.policy = AdaptivePolicy(m.core.limits.block_rows, m.core.index.blocks.key)
+    config = ReplayConfig(block_tokens=4, policy="adaptive")
+    m = manager_for(trace, config)  # the policy built with the manager (ManagerConfig.eviction)
     twin = m.clone()
     policy = twin.core.index.policy
     assert isinstance(policy, AdaptivePolicy) and policy.keys is twin.core.index.blocks.key

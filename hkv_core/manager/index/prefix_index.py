@@ -15,6 +15,7 @@ from numpy.typing import NDArray
 
 from hkv_core.manager.index.blocks import NO_BLOCK, Attach, BlockTable
 from hkv_core.manager.index.event_log import EventLog
+from hkv_core.manager.index.eviction import PolicyFactory
 from hkv_core.manager.index.key_table import EMPTY, KeyTable
 from hkv_core.manager.index.points import PointTable
 from hkv_core.manager.index.policy import EvictionPolicy, LruPolicy
@@ -33,11 +34,12 @@ class PrefixIndex:
 
     def __init__(self, tables: dict[str, KindTable], limits: Limits, objects: PagePools,
                  prefix_pools: list[PoolSlots], point_pools: list[tuple[PoolSlots, int]],
-                 requests: RequestTable, log: EventLog | None = None) -> None:
+                 requests: RequestTable, log: EventLog | None = None, policy: PolicyFactory | None = None) -> None:
         self.blocks = BlockTable(tables["block"], limits.block_rows, objects, prefix_pools)
         self.points = PointTable(tables["resume_point"], limits.point_rows, objects, point_pools, self.blocks)
         self.keys = KeyTable(self.blocks, limits.key_table_slots)
-        self.policy: EvictionPolicy = LruPolicy(limits.block_rows)
+        self.policy: EvictionPolicy = (policy(limits.block_rows, self.blocks.key) if policy is not None
+                                       else LruPolicy(limits.block_rows))
         self.requests = requests
         self.log = log  # cache events (None: not recorded)
         self.hint = 0  # matched's last answer (where its search starts; any value gives the same answers)

@@ -20,7 +20,7 @@ The rule (docs/replay.md), with no knowledge of the future:
   comes back).  Eviction takes the lowest priority of the chosen candidate
   first, the touch sequence breaking ties.
 - Choice.  Shadow caches over a hash-sampled 1/16 of the keys, one per
-  candidate, each 1/16 of the capacity (hkv_core/replay/shadow.py): the
+  candidate, each 1/16 of the capacity (hkv_core/manager/index/shadow.py): the
   candidate whose shadow hit most so far orders the real cache.  Each
   candidate keeps its own priorities for every block, so a change of choice
   reorders the cache exactly as that candidate would.
@@ -42,7 +42,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hkv_core.manager.index.blocks import BlockTable
-from hkv_core.replay.shadow import Shadows
+from hkv_core.manager.index.shadow import Shadows
 
 Blocks = NDArray[np.int32]
 BUCKETS = 24  # request buckets: log2 of the output tokens, the last one open-ended
