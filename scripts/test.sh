@@ -10,7 +10,7 @@ echo "== ruff check" >&2
 .venv/bin/ruff check .
 echo "== pytest" >&2
 set +e
-.venv/bin/python -m pytest "$@"
+.venv/bin/python -m pytest --durations=15 "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then
