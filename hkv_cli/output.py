@@ -24,7 +24,7 @@ class _Stdout(Console):
     """stdout: at a terminal (or with COLUMNS set) as wide as that; written to a pipe or a file PIPE_WIDTH wide,
     so a table is as wide as its cells need (rich would cut it to 80 columns: `11,0…`)."""
 
-    @property
+    @property  # type: ignore[misc]  # read-only here: stdout's width is decided above, never set
     def size(self) -> ConsoleDimensions:
         wrapped = super().size
         if self.is_terminal or "COLUMNS" in os.environ:

@@ -103,9 +103,9 @@ def replay_command(trace: str, policies: tuple[str, ...], capacity_tokens: str, 
         for n, (policy, cap) in enumerate(runs):
             config = ReplayConfig(layout=layout, block_tokens=block_tokens, capacity_tokens=cap, policy=policy,
                                   host_tokens=host_tokens, disk_tokens=disk_tokens)
-            base = n * len(requests)
+            offset = n * len(requests)
 
-            def advance(done: int, base: int = base) -> None:
+            def advance(done: int, base: int = offset) -> None:
                 bar.update(task, completed=base + done)
 
             results.append(replay(requests, config, progress=advance))

@@ -237,9 +237,10 @@ class CudaExecutor:
             import torch  # type: ignore[import-not-found, unused-ignore]  # optional: the torch extra
         except ImportError as err:
             raise MissingDependency(package="torch", extra="torch", action="as_torch") from err
+        from_dlpack = torch.utils.dlpack.from_dlpack
         if self.bindings[pool].spec.dtype == "bf16":
-            return torch.from_dlpack(array.view(self.xp.int16)).view(torch.bfloat16)
-        return torch.from_dlpack(array)
+            return from_dlpack(array.view(self.xp.int16)).view(torch.bfloat16)
+        return from_dlpack(array)
 
     # -- read / write ---------------------------------------------------------------------
 
@@ -289,8 +290,9 @@ class CudaExecutor:
 
     def _run_index(self, array: Any, runs: Sequence[Run], *, writing: bool) -> tuple[Any, Any, int]:
         """Device index arrays (page of each entry, entry in its page) of `runs`, and their count."""
-        pages = np.concatenate([np.full(stop - first, page, np.int64) for page, first, stop in runs] or [[]])
-        entries = np.concatenate([np.arange(first, stop, dtype=np.int64) for _, first, stop in runs] or [[]])
+        none = [np.zeros(0, np.int64)]
+        pages = np.concatenate([np.full(stop - first, page, np.int64) for page, first, stop in runs] or none)
+        entries = np.concatenate([np.arange(first, stop, dtype=np.int64) for _, first, stop in runs] or none)
         return self._index(pages.astype(np.int64)), self._index(entries.astype(np.int64)), int(pages.size)
 
     def export_rows(self, pool: str, runs: Sequence[Run], out: NDArray[Any]) -> None:

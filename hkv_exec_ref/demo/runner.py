@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 
 from hkv_core.executor import Executor
+from hkv_core.executor_tally import Tally
 from hkv_exec_ref.demo.workload import TraceRecord, WorkloadConfig, generate_trace, prompt_tokens
 from hkv_exec_ref.engine import DraftSpec, Engine
 from hkv_exec_ref.tiny_v4 import Fault
@@ -159,7 +160,7 @@ class TierTotals:
     def restart(self, engine: Engine, reopen: Callable[[], Engine]) -> Engine:
         """Close `engine` and open another on its directory; the request statistics carry over."""
         self._add(engine)
-        tally, stats = engine.executor.tally, engine.manager.stats
+        tally, stats = _tally(engine), engine.manager.stats
         self.carried.update(pages_moved=tally.pages_moved, entries_copied=tally.entries_copied,
                             entries_written=tally.entries_written, evicted_blocks=stats["evicted_blocks"],
                             evicted_points=stats["evicted_points"])
@@ -185,9 +186,16 @@ class TierTotals:
                           direct_io_fallback=str(report.get("direct_io_fallback", "")))
 
 
+def _tally(engine: Engine) -> Tally:
+    """The engine's executor's copy tally (the reference and the CUDA executor both keep one)."""
+    tally = getattr(engine.executor, "tally", None)
+    assert isinstance(tally, Tally), type(engine.executor)
+    return tally
+
+
 def _report(engine: Engine, rows: list[RequestRow], seconds: float, fault: Fault, draft: DraftSpec | None,
             carried: Counter[str]) -> DemoReport:
-    s, tally, core_stats = engine.stats, engine.executor.tally, Counter(engine.manager.stats)
+    s, tally, core_stats = engine.stats, _tally(engine), Counter(engine.manager.stats)
     tally = attrs.evolve(tally, **{k: getattr(tally, k) + carried[k]
                                    for k in ("pages_moved", "entries_copied", "entries_written")})
     core_stats.update({k: carried[k] for k in ("evicted_blocks", "evicted_points")})

@@ -314,7 +314,8 @@ class Engine:
         logits, extended = self.model.forward_full(chunk, self._state_at(alloc, p), faults=self._faults(p))
         state_io.write_draft(self.executor, self.routes, alloc, extended, self.config)
         self.stats.forward_passes += 1
-        return to_host(logits)
+        out: F32 = to_host(logits)
+        return out
 
     def _chunk(self, rid: int, tokens: I64) -> F32:
         """allocate -> copies -> forward in sub-chunks (state from the pools each time) -> commit."""
@@ -363,7 +364,7 @@ class Engine:
 
     def _state_at(self, alloc: Allocation, p: int) -> ModelState:
         """The model's state at P, read from the pools (and checked, with `check_states`)."""
-        state = self._read_state(alloc, p)
+        state: ModelState = self._read_state(alloc, p)
         if self.check_states:
             problems = state_problems(state, self.config)
             assert not problems, f"state read from the pools at P={p}: {problems}"
@@ -381,7 +382,8 @@ class Engine:
         if self.tiers is not None:
             self.tiers.observe_compute(p, new.prefix_tokens, time.perf_counter() - began)
             self.tiers.store(self.manager, self.executor, alloc.request_id, alloc, new.prefix_tokens)
-        return to_host(logits)
+        out: F32 = to_host(logits)
+        return out
 
     def _count(self, prompt_tokens: int, hit: Hit, max_new_tokens: int, by_tier: dict[str, int],
                decision: LoadDecision | None) -> None:

@@ -39,7 +39,7 @@ HF_DEFAULTS: dict[str, Any] = {"retain_every_blocks": 1}
 class HfEngine(Engine):
     """hkv's Engine over a transformers model; `boundaries` and `recompute(..., boundaries=)` as above."""
 
-    model: HfModel | LlamaModel
+    model: HfModel | LlamaModel  # type: ignore[assignment]  # in TinyV4's place: the same forward / cache calls
 
     def __init__(self, model: HfModel | LlamaModel, manager: CacheManager, executor: Any, **options: Any) -> None:
         if options.get("tiers") is not None:
@@ -143,11 +143,12 @@ class HfEngine(Engine):
             hit = self.manager.match(rid)
             self.manager.acquire(rid, hit)
             alloc = self._run_plan(self.manager.allocate(rid, len(prompt) - hit.tokens))
-            return hit.tokens, self.model.cache(self._state_at(alloc, hit.tokens))
+            state: Any = self._state_at(alloc, hit.tokens)  # this model's own state kind (KvState for Llama)
+            return hit.tokens, self.model.cache(state)
         finally:
             self.manager.release(rid)
 
-    def recompute(self, prompt_tokens: ArrayLike, max_new_tokens: int, *,  # type: ignore[override]
+    def recompute(self, prompt_tokens: ArrayLike, max_new_tokens: int, *,
                   boundaries: tuple[int, ...] | None = None) -> ServeResult:
         """HF's model with HF's own cache: calls ending at `boundaries` (None: the prompt in one call, then one
         call per generated token), greedy tokens; `prompt_logits` of every prompt position.  InvalidArgument
@@ -164,7 +165,8 @@ class HfEngine(Engine):
                                          f"{last} (the last token fed)")
         from transformers import DynamicCache
 
-        cache, seq, pos, rows = DynamicCache(config=self.model.hf.config), list(prompt), 0, []
+        rows: list[Any] = []
+        cache, seq, pos = DynamicCache(config=self.model.hf.config), list(prompt), 0
         for end in ends:
             while len(seq) < end:
                 seq.append(int(np.argmax(rows[-1][-1])))

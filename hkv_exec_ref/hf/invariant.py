@@ -85,8 +85,8 @@ def install_batch_invariant_indexer(model: Any) -> int:
     count = 0
     for module in model.modules():
         if isinstance(module, DeepseekV4Indexer):
-            module.scorer.forward = types.MethodType(batch_invariant_scores, module.scorer)
+            module.scorer.forward = types.MethodType(batch_invariant_scores, module.scorer)  # type: ignore[method-assign]
             if not getattr(module.forward, "hkv_stable_topk", False):
-                module.forward = _with_stable_topk(module.forward)
+                module.forward = _with_stable_topk(module.forward)  # type: ignore[method-assign]
             count += 1
     return count

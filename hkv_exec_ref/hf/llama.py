@@ -29,10 +29,12 @@ def tiny_llama(seed: int, hkv: dict[str, int]) -> Any:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
+    options: dict[str, Any] = {"hkv": hkv}  # hkv's own table, kept in the config (transformers keeps extra keys)
     config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-                         dtype="float32", hkv=hkv)
-    return LlamaForCausalLM(config).eval()
+                         dtype="float32", **options)
+    model: Any = LlamaForCausalLM(config)
+    return model.eval()
 
 
 @attrs.frozen(kw_only=True)
@@ -69,7 +71,8 @@ class LlamaModel:
 
         cache = DynamicCache(config=self.hf.config)
         if state.prefix_tokens:
-            for layer, k, v in zip(cache.layers, state.keys, state.values, strict=True):
+            layers: list[Any] = list(cache.layers)  # attention layers here: each holds keys and values
+            for layer, k, v in zip(layers, state.keys, state.values, strict=True):
                 keys = torch.from_numpy(np.ascontiguousarray(k.transpose(1, 0, 2)))[None]
                 values = torch.from_numpy(np.ascontiguousarray(v.transpose(1, 0, 2)))[None]
                 layer.lazy_initialization(keys, values)

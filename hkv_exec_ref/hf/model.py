@@ -28,14 +28,16 @@ def _v4_config(index_topk: int) -> Any:
 
     return DeepseekV4Config(
         vocab_size=64, hidden_size=64, moe_intermediate_size=32, num_hidden_layers=3, num_attention_heads=2,
-        num_key_value_heads=1, head_dim=16, qk_rope_head_dim=8, q_lora_rank=16, num_experts_per_tok=1,
+        num_key_value_heads=1, head_dim=16, q_lora_rank=16, num_experts_per_tok=1,
         n_routed_experts=2, n_shared_experts=1, layer_types=V4_LAYER_TYPES, compress_rates=V4_RATES,
         sliding_window=8, o_groups=1, o_lora_rank=16, index_n_heads=2, index_head_dim=8, index_topk=index_topk,
         num_nextn_predict_layers=0, hc_mult=2, max_position_embeddings=4096, dtype="float32",
-        hkv=HKV_OPTIONS)
+        **V4_EXTRA)
 
 
 HKV_OPTIONS = {"block_tokens": 8, "alignment_bytes": 64}  # the config's hkv table: block = lcm(4, 8), small pages
+# keys transformers' DeepseekV4Config keeps without declaring them: the rope head size, hkv's own table
+V4_EXTRA: dict[str, Any] = {"qk_rope_head_dim": 8, "hkv": HKV_OPTIONS}
 MODELS = ("deepseek_v4", "llama")  # what HfEngine.tiny(model=...) builds
 
 
@@ -49,7 +51,8 @@ def tiny_hf_model(model: str, seed: int, *, index_topk: int = 4) -> Any:
     if model == "llama":
         return tiny_llama(seed, HKV_OPTIONS)
     torch.manual_seed(seed)
-    return DeepseekV4ForCausalLM(_v4_config(index_topk)).eval()
+    built: Any = DeepseekV4ForCausalLM(_v4_config(index_topk))
+    return built.eval()
 
 
 def tiny_config(hf_config: Any, seed: int) -> Config:

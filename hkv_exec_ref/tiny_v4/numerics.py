@@ -106,7 +106,7 @@ def rms_norm(x: F32, gain: F32, eps: float) -> F32:
 
 def exp32(x: F32) -> F32:
     """Element-wise exp on a contiguous float32 copy (one code path in numpy's ufunc loop)."""
-    out = np.exp(xp_of(x).ascontiguousarray(x, dtype=np.float32))  # np.ascontiguousarray never dispatches
+    out: F32 = np.exp(xp_of(x).ascontiguousarray(x, dtype=np.float32))  # np.ascontiguousarray never dispatches
     assert out.dtype == np.float32
     return out
 
