@@ -62,11 +62,11 @@ class BlockCopies:
                     continue
                 g, src, dst = group.group_id, group.block_id(op.src), group.block_id(op.dst)
                 position = [b.block_id for b in entry.blocks[g]].index(src)
-                pair = (g, self.blocks.by_id[src], self.blocks.by_id[dst])
-                for block in pair[1:]:
-                    self.blocks.ref(g, block)  # both held until vLLM returns them
+                source, target = self.blocks.by_id[src], self.blocks.by_id[dst]
+                self.blocks.ref(g, source)  # both held until vLLM returns them
+                self.blocks.ref(g, target)
                 self.blocks.replace(entry, g, position, dst)
-                pairs.append(pair)
+                pairs.append((g, source, target))
         self.pending.append(Copy(rid=entry.rid, plan_id=alloc.plan.plan_id, pairs=pairs))
         self.open[alloc.plan.plan_id] = entry.rid
 
@@ -100,6 +100,8 @@ class BlockCopies:
         """vLLM reports tokens past the request's hit written, so the step that ran its copies is done: complete
         their plans (the blocks stay held until vLLM returns them).  Copies never handed to vLLM stay open, and
         hkv then refuses the commit (their new pages hold no copy)."""
+        if not self.open:  # (every commit of a fine-hits manager asks: most find nothing open)
+            return
         handed = {copy.plan_id for copies in self.held.values() for copy in copies}
         for plan_id in [p for p, r in self.open.items() if r == rid and p in handed]:
             self._complete(plan_id, Completion())

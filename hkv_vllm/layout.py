@@ -25,9 +25,8 @@ Served: full attention (`FullAttentionSpec`, MLA's `MLAAttentionSpec`) and
 sliding windows (`SlidingWindowSpec`, MLA's `SlidingWindowMLASpec` without
 bounded replay), chunked local attention (as a window of its chunk size), of
 any block sizes, KV shapes and dtypes.  Any other spec (Mamba, HiSparse,
-cross attention), or
-a sliding window whose block is more than one hash block, raise
-UnsupportedVllmConfig naming the group.
+cross attention), or a sliding window whose block is more than one hash
+block, raise UnsupportedVllmConfig naming the group.
 """
 
 from __future__ import annotations
@@ -84,8 +83,9 @@ class VllmLayout:
 
     uniform: bool = attrs.field(init=False)  # every group's block is one hkv block (vLLM's single block size)
 
-    def __attrs_post_init__(self) -> None:
-        object.__setattr__(self, "uniform", all(g.block_size == self.block_tokens for g in self.groups))
+    @uniform.default
+    def _uniform(self) -> bool:
+        return all(g.block_size == self.block_tokens for g in self.groups)
 
 
 def layout_from_kv_cache_config(kv_cache_config: Any, *, hash_block_size: int | None = None,

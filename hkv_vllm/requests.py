@@ -68,25 +68,25 @@ class Blocks:
 
     def replace(self, entry: Entry, group: int, position: int, block_id: int) -> None:
         """The request's block at `position` of `group` becomes block `block_id` (a copy on write of it)."""
-        old = entry.blocks[group][position]
-        self.take(entry, group, [block_id])
-        entry.blocks[group][position] = entry.blocks[group].pop()
+        old, new = entry.blocks[group][position], self.by_id[block_id]
+        self.ref(group, new)
+        entry.blocks[group][position] = new
         if not old.is_null:
-            self._unref(group, old)
+            self.unref(group, old)
 
     def to_null(self, entry: Entry, group: int, position: int) -> None:
         """The request's block at `position` of `group` left its window: the null block takes its place."""
         block = entry.blocks[group][position]
         if not block.is_null:
             entry.blocks[group][position] = self.null
-            self._unref(group, block)
+            self.unref(group, block)
 
     def drop(self, entry: Entry) -> None:
         """Remove every block from the request's lists, uncounting the references."""
         for group, blocks in enumerate(entry.blocks):
             for block in blocks:
                 if not block.is_null:
-                    self._unref(group, block)
+                    self.unref(group, block)
         entry.blocks = [[] for _ in entry.blocks]
         entry.live = [0] * len(entry.live)
 
@@ -98,10 +98,7 @@ class Blocks:
         block.ref_cnt += 1
 
     def unref(self, group: int, block: Any) -> None:
-        """Drop a reference `ref` took."""
-        self._unref(group, block)
-
-    def _unref(self, group: int, block: Any) -> None:
+        """Drop one reference to `block` of `group`."""
         block.ref_cnt -= 1
         assert block.ref_cnt >= 0, block
         if block.ref_cnt == 0:

@@ -21,7 +21,14 @@ from collections.abc import Sequence
 import attrs
 
 from hkv_core.errors import ConfigError
-from hkv_core.layout.bounds import BLOCK_TOKENS_MAX, HEAD_DIM_MAX, HEADS_MAX, LAYERS_MAX, WINDOW_TOKENS_MAX
+from hkv_core.layout.bounds import (
+    ALIGNMENT_BYTES_MAX,
+    BLOCK_TOKENS_MAX,
+    HEAD_DIM_MAX,
+    HEADS_MAX,
+    LAYERS_MAX,
+    WINDOW_TOKENS_MAX,
+)
 from hkv_core.layout.kinds import DTYPE_BYTES, AttentionKind, EntryKind, ObjectKind
 from hkv_core.layout.model import Layout
 from hkv_core.layout.records import LayerGroup, PoolSpec, make_pool
@@ -53,7 +60,7 @@ def engine_layout(groups: Sequence[EngineGroup], *, name: str, block_tokens: int
     if not isinstance(groups, Sequence) or not 1 <= len(groups) <= LAYERS_MAX:
         raise ConfigError(f"must list 1 to {LAYERS_MAX} engine groups", source=source, key="groups")
     _check_count(block_tokens, "block_tokens", BLOCK_TOKENS_MAX, source)
-    _check_count(alignment_bytes, "alignment_bytes", 1 << 21, source)
+    _check_count(alignment_bytes, "alignment_bytes", ALIGNMENT_BYTES_MAX, source)
     for i, group in enumerate(groups):
         _check_group(i, group, block_tokens, source)
     distinct = list(dict.fromkeys(g.geometry for g in groups))

@@ -281,10 +281,10 @@ class DiskStore:
         sets it aside again."""
         try:
             if os.path.lexists(path):
-                n = 0
+                base, n = target.name[:-len(BAD_SUFFIX)], 0
                 while os.path.lexists(target):
                     n += 1
-                    target = target.with_name(f"{target.name[:-len(BAD_SUFFIX)]}.{n}{BAD_SUFFIX}")
+                    target = target.with_name(f"{base}.{n}{BAD_SUFFIX}")
                 os.replace(path, target)
         except OSError:
             self.counts["quarantine_error"] += 1

@@ -198,3 +198,15 @@ def test_an_empty_or_non_path_directory_is_refused_and_creates_nothing(tmp_path:
                   host_bytes=0, directory=bad, disk_bytes=RECORD)
     assert err.value.argument == "directory"
     assert list(tmp_path.iterdir()) == []  # no cache.json, lock or records/ in the working directory
+
+
+def test_strays_of_one_name_are_set_aside_under_numbered_names(tmp_path: Path) -> None:
+    """Each open sets aside the new stray beside the earlier ones (`x.rec.bad`, `x.rec.1.bad`, ...): no
+    evidence is overwritten, and the numbers do not pile up."""
+    cache(tmp_path, host_records=0, disk_records=4).close()
+    records = tmp_path / "records"
+    for _ in range(3):
+        (records / "x.rec").mkdir()
+        cache(tmp_path, host_records=0, disk_records=4).close()
+    assert sorted(p.name for p in records.iterdir() if p.name.startswith("x.")) == [
+        "x.rec.1.bad", "x.rec.2.bad", "x.rec.bad"]
