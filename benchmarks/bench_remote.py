@@ -4,7 +4,7 @@
         [--quick] [--json] [--json-out F]
 
 A local `mooncake_master` is started on loopback ports (`MooncakeMaster`); hkv's side is a `RemoteStore`
-(`hkv_exec_ref/tiers/remote_store.py`), once with `RemoteTierConfig(zero_copy=True)` (its staging arena
+(`hkv_tiers/remote_store.py`), once with `RemoteTierConfig(zero_copy=True)` (its staging arena
 registered with the client: `put_from` / `batch_get_into`) and once with `zero_copy=False` (plain `put` /
 `get`).  Each mode has its own client, set up by `connect(config)`; the baselines run on that same client
 (`store.client`), so both sides put into and get from the same segment through the same transfer engine.
@@ -62,10 +62,10 @@ from bench_manager import code_version  # noqa: E402  # this script's folder is 
 
 from hkv_core.layout import Layout  # noqa: E402
 from hkv_core.tiers.record import HEADER_BYTES, UNSUMMED, RecordHeader, checksum, pack_header  # noqa: E402
-from hkv_exec_ref.tiers.mooncake_master import MooncakeMaster  # noqa: E402
-from hkv_exec_ref.tiers.record_check import Wanted, record_name  # noqa: E402
-from hkv_exec_ref.tiers.remote_store import RemoteStore  # noqa: E402
-from hkv_exec_ref.tiers.span_io import BLOCK  # noqa: E402
+from hkv_tiers.mooncake_master import MooncakeMaster  # noqa: E402
+from hkv_tiers.record_check import Wanted, record_name  # noqa: E402
+from hkv_tiers.remote_store import RemoteStore  # noqa: E402
+from hkv_tiers.span_io import BLOCK  # noqa: E402
 
 FINGERPRINT = Layout.from_preset("deepseek_v4_flash").fingerprint()
 ABI_ID = "bench"

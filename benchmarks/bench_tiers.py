@@ -75,8 +75,8 @@ from hkv_core.layout import EntryKind, Layout  # noqa: E402
 from hkv_core.manager import Allocation, CacheManager, ManagerConfig  # noqa: E402
 from hkv_core.tiers.record import RecordHeader, checksum  # noqa: E402
 from hkv_exec_ref.executor import NUMPY_DTYPES, RefExecutor  # noqa: E402
-from hkv_exec_ref.tiers import DiskStore, HostStore, TierCache, span_io  # noqa: E402
-from hkv_exec_ref.tiers.tier_cache import Wanted  # noqa: E402
+from hkv_tiers import DiskStore, HostStore, TierCache, span_io  # noqa: E402
+from hkv_tiers.tier_cache import Wanted  # noqa: E402
 
 FINGERPRINT = Layout.from_preset("deepseek_v4_flash").fingerprint()
 

@@ -33,8 +33,8 @@ from hkv_exec_ref.demo.runner import HF_MODEL, MODELS
 from hkv_exec_ref.demo.workload import MAX_REQUESTS, MAX_SEED, write_trace
 from hkv_exec_ref.engine import DraftSpec
 from hkv_exec_ref.engine.speculative import MAX_DRAFT_TOKENS
-from hkv_exec_ref.tiers.mooncake_master import master_binary
 from hkv_exec_ref.tiny_v4 import Fault
+from hkv_tiers.mooncake_master import master_binary
 
 FAULTS = {f.name.lower(): f for f in Fault if f.name and f is not Fault.NONE}
 

@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from hkv_exec_ref.engine import DraftSpec, Engine, ServeResult
     from hkv_exec_ref.executor import RefExecutor
-    from hkv_exec_ref.tiers.remote_config import RemoteFaults, RemoteTierConfig
+    from hkv_tiers.remote_config import RemoteFaults, RemoteTierConfig
 
 __all__ = ["DraftSpec", "Engine", "RefExecutor", "RemoteFaults", "RemoteTierConfig", "ServeResult"]
 
 _HOMES = {"DraftSpec": "hkv_exec_ref.engine", "Engine": "hkv_exec_ref.engine", "ServeResult": "hkv_exec_ref.engine",
-          "RefExecutor": "hkv_exec_ref.executor", "RemoteFaults": "hkv_exec_ref.tiers.remote_config",
-          "RemoteTierConfig": "hkv_exec_ref.tiers.remote_config"}
+          "RefExecutor": "hkv_exec_ref.executor", "RemoteFaults": "hkv_tiers.remote_config",
+          "RemoteTierConfig": "hkv_tiers.remote_config"}
 
 
 def __getattr__(name: str) -> Any:

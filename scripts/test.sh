@@ -5,7 +5,7 @@ set -eu
 cd "$(dirname "$0")/.."
 sh scripts/setup.sh
 echo "== mypy --strict, every package" >&2
-.venv/bin/mypy --strict hkv_core hkv_exec_ref hkv_exec_cuda hkv_cli hkv_events hkv_vllm
+.venv/bin/mypy --strict hkv_core hkv_tiers hkv_exec_ref hkv_exec_cuda hkv_cli hkv_events hkv_vllm
 echo "== ruff check" >&2
 .venv/bin/ruff check .
 echo "== pytest" >&2

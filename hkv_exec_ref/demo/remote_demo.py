@@ -24,8 +24,8 @@ import attrs
 
 from hkv_core.errors import TierError
 from hkv_exec_ref.demo.workload import WorkloadConfig, generate_trace, prompt_tokens
-from hkv_exec_ref.tiers.mooncake_master import MooncakeMaster
-from hkv_exec_ref.tiers.remote_config import RemoteTierConfig
+from hkv_tiers.mooncake_master import MooncakeMaster
+from hkv_tiers.remote_config import RemoteTierConfig
 
 INSTANCES = ("A", "B")
 REMOTE_LIMITS: dict[str, Any] = {"default_pool_pages": 160, "retain_every_blocks": 2}

@@ -19,7 +19,7 @@ import numpy as np
 import xxhash
 
 from hkv_exec_ref.engine import Engine
-from hkv_exec_ref.tiers.remote_config import RemoteTierConfig
+from hkv_tiers.remote_config import RemoteTierConfig
 
 
 def _answer(engine: Engine, request: dict[str, Any]) -> dict[str, Any]:

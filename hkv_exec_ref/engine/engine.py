@@ -38,13 +38,13 @@ from hkv_core.tiers.cost import LoadDecision
 from hkv_exec_ref.engine import state_io
 from hkv_exec_ref.engine.results import TIER_NAMES, ServeResult, cached_by_kind
 from hkv_exec_ref.engine.speculative import DraftSpec, Proposer, accepted_count
-from hkv_exec_ref.engine.tiered import TierLink, TierOptions
 from hkv_exec_ref.executor import RefExecutor
-from hkv_exec_ref.tiers.cache_dir import checked_directory, stored_key_seed
-from hkv_exec_ref.tiers.disk_store import DiskFaults
-from hkv_exec_ref.tiers.remote_config import RemoteTierConfig
 from hkv_exec_ref.tiny_v4 import Config, Fault, ModelState, TinyV4, state_problems
 from hkv_exec_ref.tiny_v4.numerics import F32, I64, to_host
+from hkv_tiers.cache_dir import checked_directory, stored_key_seed
+from hkv_tiers.disk_store import DiskFaults
+from hkv_tiers.link import TierLink, TierOptions
+from hkv_tiers.remote_config import RemoteTierConfig
 
 TINY_PRESET = "tiny_v4"
 TINY_DEFAULTS: dict[str, Any] = {"default_pool_pages": 512, "retain_every_blocks": 2}

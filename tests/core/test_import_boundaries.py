@@ -3,6 +3,8 @@
 - hkv_core imports neither cupy nor torch (nor any executor);
 - plans and the executor interface sit beside the manager: hkv_core.plan and
   hkv_core.executor import nothing from hkv_core.manager;
+- hkv_exec_cuda and hkv_tiers load no hkv_exec_ref module (every module of each, in a fresh
+  interpreter);
 - role dispatch lives in the role objects: no module outside an explicit list
   mentions `PoolRole.` (the roles package, and lanes.py, which maps pools to
   roles).
@@ -12,6 +14,8 @@ import ast
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 import hkv_core
 
@@ -127,12 +131,23 @@ def test_role_scan_sees_a_new_mention(tmp_path: Path) -> None:
     assert mentions_of_pool_roles(package) == {"hkv_core/manager/verb.py"}
 
 
-def test_the_cuda_executor_stands_on_hkv_core_alone() -> None:
-    """Production code of hkv_exec_cuda imports hkv_core, never the reference package."""
-    import subprocess
-    import sys
+PACKAGE_PROBE = """
+import importlib, pkgutil, sys
+import {package}
+for info in pkgutil.walk_packages({package}.__path__, "{package}."):
+    importlib.import_module(info.name)
+print(",".join(sorted(m for m in sys.modules if m.split(".")[0] == "hkv_exec_ref")))
+"""
 
-    probe = ("import sys, hkv_exec_cuda, hkv_exec_cuda.executor, hkv_exec_cuda.graph, hkv_exec_cuda.backend; "
-             "print(sorted(m for m in sys.modules if m.startswith('hkv_exec_ref')))")
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
-    assert out == "[]", out
+
+@pytest.mark.parametrize("package", ["hkv_exec_cuda", "hkv_tiers"])
+def test_cuda_executor_and_tiers_load_no_reference_module(package: str) -> None:
+    """Every module of hkv_exec_cuda and of hkv_tiers loads in a fresh interpreter without hkv_exec_ref."""
+    found = run(PACKAGE_PROBE.format(package=package))
+    assert found == "", f"importing every module of {package} loaded {found}"
+
+
+def test_package_probe_can_see_a_reference_import() -> None:
+    probe = PACKAGE_PROBE.format(package="hkv_tiers")
+    probe = probe.replace("import hkv_tiers\n", "import hkv_tiers, hkv_exec_ref\n", 1)
+    assert "hkv_exec_ref" in run(probe)

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from hkv_core.errors import MissingDependency
-from hkv_exec_ref.tiers.mooncake_client import store_class
-from hkv_exec_ref.tiers.mooncake_master import MooncakeMaster
+from hkv_tiers.mooncake_client import store_class
+from hkv_tiers.mooncake_master import MooncakeMaster
 
 
 def _missing() -> str:

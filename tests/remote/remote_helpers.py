@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 
 from hkv_exec_ref import Engine
-from hkv_exec_ref.tiers.mooncake_master import MooncakeMaster
-from hkv_exec_ref.tiers.remote_store import RemoteStore
+from hkv_tiers.mooncake_master import MooncakeMaster
+from hkv_tiers.remote_store import RemoteStore
 
 KEY_SEED = 7
 FAST = {"deadline_s": 0.3, "retry_s": 0.2}  # fault tests: a late answer is a miss soon, a retry comes soon

@@ -13,8 +13,8 @@ from remote_helpers import threads
 
 from hkv_core.errors import ConfigError, InvalidArgument, MissingDependency, TierError
 from hkv_exec_ref import Engine, RemoteTierConfig
-from hkv_exec_ref.tiers import mooncake_client, remote_store
-from hkv_exec_ref.tiers.mooncake_master import MooncakeMaster, free_port
+from hkv_tiers import mooncake_client, remote_store
+from hkv_tiers.mooncake_master import MooncakeMaster, free_port
 
 GOOD = {"master": "127.0.0.1:50051", "metadata": "http://127.0.0.1:8089/metadata"}
 

@@ -11,9 +11,9 @@ import numpy as np
 
 from hkv_core import Layout
 from hkv_core.tiers.record import UNSUMMED, RecordHeader
-from hkv_exec_ref.tiers import RemoteStore, RemoteTierConfig
-from hkv_exec_ref.tiers.record_check import Wanted, span_abi_id
-from hkv_exec_ref.tiers.span_io import BLOCK
+from hkv_tiers import RemoteStore, RemoteTierConfig
+from hkv_tiers.record_check import Wanted, span_abi_id
+from hkv_tiers.span_io import BLOCK
 
 LAYOUT = Layout.from_preset("tiny_v4")
 ABI = span_abi_id(LAYOUT.pools)

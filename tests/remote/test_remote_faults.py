@@ -12,8 +12,8 @@ import pytest
 from remote_helpers import engine, longer, prompt, published, store, threads
 
 from hkv_exec_ref import RemoteFaults
-from hkv_exec_ref.tiers import remote_store
-from hkv_exec_ref.tiers.mooncake_master import MooncakeMaster
+from hkv_tiers import remote_store
+from hkv_tiers.mooncake_master import MooncakeMaster
 
 
 def serve_checked(e, tokens, new_tokens: int = 3):  # type: ignore[no-untyped-def]

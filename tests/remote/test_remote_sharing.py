@@ -8,7 +8,7 @@ import numpy as np
 from remote_helpers import KEY_SEED, engine, longer, prompt, published, store, threads
 
 from hkv_exec_ref.demo.remote_demo import InstanceProcess
-from hkv_exec_ref.tiers.mooncake_master import MooncakeMaster
+from hkv_tiers.mooncake_master import MooncakeMaster
 
 ENGINE = {"seed": 0, "key_seed": KEY_SEED, "load_policy": "load"}
 

@@ -23,10 +23,10 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from hkv_core import Layout
 from hkv_core.tiers.record import UNSUMMED, RecordHeader, padded
-from hkv_exec_ref.tiers import MooncakeMaster, RemoteFaults, RemoteStore, remote_store
-from hkv_exec_ref.tiers.mooncake_client import connect
-from hkv_exec_ref.tiers.record_check import Wanted, record_name, span_abi_id
-from hkv_exec_ref.tiers.span_io import BLOCK
+from hkv_tiers import MooncakeMaster, RemoteFaults, RemoteStore, remote_store
+from hkv_tiers.mooncake_client import connect
+from hkv_tiers.record_check import Wanted, record_name, span_abi_id
+from hkv_tiers.span_io import BLOCK
 
 LAYOUT = Layout.from_preset("tiny_v4")
 ABI = span_abi_id(LAYOUT.pools)

@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
 from hkv_core import Layout
-from hkv_exec_ref.tiers import DiskFaults, TierCache, disk_store, disk_writer, record_check
-from hkv_exec_ref.tiers.record_check import Wanted, record_name
-from hkv_exec_ref.tiers.span_io import KINDS
+from hkv_tiers import DiskFaults, TierCache, disk_store, disk_writer, record_check
+from hkv_tiers.record_check import Wanted, record_name
+from hkv_tiers.span_io import KINDS
 
 LAYOUT = Layout.from_preset("tiny_v4")
 FAULTS = ("eio_write", "enospc_write", "eio_read", "torn_write", "flip_byte")

@@ -11,11 +11,11 @@ from hkv_core import Layout
 from hkv_core.errors import ConfigError, InvalidArgument
 from hkv_core.tiers.cost import Candidate, CostModel, Rate, recompute_flops
 from hkv_core.tiers.record import RecordHeader, checksum
-from hkv_exec_ref.tiers import DiskStore, TierCache
-from hkv_exec_ref.tiers.record_check import Wanted, record_name
-from hkv_exec_ref.tiers.span_io import BLOCK as BLOCK_KIND
-from hkv_exec_ref.tiers.span_io import POINT
-from hkv_exec_ref.tiers.tier_cache import RECORDS_DIR
+from hkv_tiers import DiskStore, TierCache
+from hkv_tiers.record_check import Wanted, record_name
+from hkv_tiers.span_io import BLOCK as BLOCK_KIND
+from hkv_tiers.span_io import POINT
+from hkv_tiers.tier_cache import RECORDS_DIR
 
 LAYOUT = Layout.from_preset("tiny_v4")
 BLOCK = LAYOUT.block_tokens

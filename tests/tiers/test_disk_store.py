@@ -14,7 +14,7 @@ import pytest
 from hkv_core import Layout
 from hkv_core.errors import RecordCorrupt, TierError, TierFull
 from hkv_core.tiers.record import HEADER_BYTES, RecordHeader, checksum, pack_header, padded, unpack_header
-from hkv_exec_ref.tiers import Crash, DiskFaults, DiskStore
+from hkv_tiers import Crash, DiskFaults, DiskStore
 
 FINGERPRINT = Layout.from_preset("tiny_v4").fingerprint()
 OTHER = Layout.from_preset("tiny_csa").fingerprint()

@@ -17,7 +17,7 @@ from tier_workload import Sessions, pages_leaked, tiny
 
 from hkv_core.errors import ConfigError, InvalidArgument, TierError
 from hkv_exec_ref.engine import DraftSpec, Engine
-from hkv_exec_ref.tiers import Crash, DiskFaults
+from hkv_tiers import Crash, DiskFaults
 
 
 def test_small_device_and_host_move_blocks_through_disk_and_back(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hkv_core.errors import TierError, TierFull
-from hkv_exec_ref.tiers import HostStore
+from hkv_tiers import HostStore
 
 
 def test_put_view_get_drop() -> None:

@@ -17,8 +17,8 @@ from hkv_core import Layout
 from hkv_core.layout import EntryKind, ObjectKind
 from hkv_core.manager import CacheManager, ManagerConfig
 from hkv_exec_ref.executor import NUMPY_DTYPES, RefExecutor
-from hkv_exec_ref.tiers import TierCache, span_io
-from hkv_exec_ref.tiers.record_check import Wanted
+from hkv_tiers import TierCache, span_io
+from hkv_tiers.record_check import Wanted
 
 
 def fill(executor: RefExecutor, manager: CacheManager, alloc: span_io.Allocation, seed: int) -> None:

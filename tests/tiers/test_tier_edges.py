@@ -15,9 +15,9 @@ from hkv_core import Layout
 from hkv_core.errors import ConfigError, InvalidArgument, TierError, UnknownPool
 from hkv_exec_ref.engine import Engine
 from hkv_exec_ref.executor import RefExecutor
-from hkv_exec_ref.tiers import DiskFaults, DiskStore, TierCache
-from hkv_exec_ref.tiers.record_check import Wanted, record_name
-from hkv_exec_ref.tiers.span_io import BLOCK, POINT
+from hkv_tiers import DiskFaults, DiskStore, TierCache
+from hkv_tiers.record_check import Wanted, record_name
+from hkv_tiers.span_io import BLOCK, POINT
 
 LAYOUT = Layout.from_preset("tiny_v4")
 RECORD = 8192  # a record of up to one page of payload takes 8 KiB (header + padded payload)

@@ -17,7 +17,7 @@ import pytest
 from tier_workload import Sessions, pages_leaked, tiny
 
 from hkv_exec_ref.engine import Engine
-from hkv_exec_ref.tiers import DiskFaults, disk_store, disk_writer, record_check, span_io
+from hkv_tiers import DiskFaults, disk_store, disk_writer, record_check, span_io
 
 ARMED = 3  # operations each fault hits
 

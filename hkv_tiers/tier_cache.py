@@ -33,13 +33,13 @@ from numpy.typing import NDArray
 from hkv_core.errors import RecordCorrupt, TierError, TierFull
 from hkv_core.layout import PoolSpec
 from hkv_core.tiers.record import HEADER_BYTES, UNSUMMED, RecordHeader, pack_header
-from hkv_exec_ref.tiers.cache_dir import RECORDS_DIR, CacheDirectory, checked_directory
-from hkv_exec_ref.tiers.disk_store import Buffer, Crash, DiskFaults, DiskStore
-from hkv_exec_ref.tiers.disk_writer import DiskWriter, Record, record_bytes
-from hkv_exec_ref.tiers.host_store import HostStore
-from hkv_exec_ref.tiers.record_check import Loaded, Wanted, check_record, record_name, span_abi_id
-from hkv_exec_ref.tiers.remote_config import RemoteTierConfig
-from hkv_exec_ref.tiers.remote_store import RemoteStore
+from hkv_tiers.cache_dir import RECORDS_DIR, CacheDirectory, checked_directory
+from hkv_tiers.disk_store import Buffer, Crash, DiskFaults, DiskStore
+from hkv_tiers.disk_writer import DiskWriter, Record, record_bytes
+from hkv_tiers.host_store import HostStore
+from hkv_tiers.record_check import Loaded, Wanted, check_record, record_name, span_abi_id
+from hkv_tiers.remote_config import RemoteTierConfig
+from hkv_tiers.remote_store import RemoteStore
 
 
 class TierCache:

@@ -39,11 +39,11 @@ from numpy.typing import NDArray
 
 from hkv_core.errors import RecordCorrupt, TierError, TierFull
 from hkv_core.tiers.record import HEADER_BYTES, UNSUMMED, RecordHeader, checksum, pack_header, unpack_header
-from hkv_exec_ref.tiers.disk_store import Buffer
-from hkv_exec_ref.tiers.host_store import HostStore
-from hkv_exec_ref.tiers.mooncake_client import connect
-from hkv_exec_ref.tiers.record_check import Loaded, Wanted, check_record
-from hkv_exec_ref.tiers.remote_config import RemoteFaults, RemoteTierConfig
+from hkv_tiers.disk_store import Buffer
+from hkv_tiers.host_store import HostStore
+from hkv_tiers.mooncake_client import connect
+from hkv_tiers.record_check import Loaded, Wanted, check_record
+from hkv_tiers.remote_config import RemoteFaults, RemoteTierConfig
 
 TIER = "remote"
 NOT_FOUND = -704  # Mooncake: no such object (never stored, evicted, or removed)

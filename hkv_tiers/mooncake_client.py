@@ -15,7 +15,7 @@ import socket
 from typing import Any
 
 from hkv_core.errors import MissingDependency, TierError
-from hkv_exec_ref.tiers.remote_config import RemoteTierConfig
+from hkv_tiers.remote_config import RemoteTierConfig
 
 LOG_LEVEL_ENV = "GLOG_minloglevel"  # glog's own spelling: 1 keeps warnings and errors (read at process start)
 MOONCAKE_LOG_ENV = "MC_LOG_LEVEL"  # the Mooncake client's own log level (read when it starts logging)

@@ -35,11 +35,11 @@ from hkv_core.executor import Executor
 from hkv_core.layout import Layout, PoolSpec
 from hkv_core.manager import Allocation, CacheManager
 from hkv_core.tiers.cost import Candidate, CostModel, LoadDecision, Rate, recompute_flops
-from hkv_exec_ref.tiers import span_io
-from hkv_exec_ref.tiers.disk_store import DiskFaults
-from hkv_exec_ref.tiers.record_check import Loaded, Wanted, record_name
-from hkv_exec_ref.tiers.remote_config import RemoteTierConfig
-from hkv_exec_ref.tiers.tier_cache import TierCache
+from hkv_tiers import span_io
+from hkv_tiers.disk_store import DiskFaults
+from hkv_tiers.record_check import Loaded, Wanted, record_name
+from hkv_tiers.remote_config import RemoteTierConfig
+from hkv_tiers.tier_cache import TierCache
 
 DEFAULT_COMPUTE_FLOPS_PER_S = 1e9  # until forward passes are measured
 DEFAULT_RATES = {"host": (5e9, 2e-6), "disk": (1e9, 1e-4), "remote": (1e9, 5e-4)}  # bytes/s, seconds per record

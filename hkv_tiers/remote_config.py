@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from hkv_core.errors import ConfigError
-from hkv_exec_ref.tiers.fault_switch import take_fault
+from hkv_tiers.fault_switch import take_fault
 
 Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
 PROTOCOLS = ("tcp", "rdma")  # Mooncake transfer engine protocols

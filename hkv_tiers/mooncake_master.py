@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from hkv_core.errors import MissingDependency, TierError
-from hkv_exec_ref.tiers.mooncake_client import LOG_LEVEL_ENV, listening
-from hkv_exec_ref.tiers.remote_config import RemoteTierConfig
+from hkv_tiers.mooncake_client import LOG_LEVEL_ENV, listening
+from hkv_tiers.remote_config import RemoteTierConfig
 
 HOST = "127.0.0.1"
 BINARY = "mooncake_master"

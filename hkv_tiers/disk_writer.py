@@ -17,7 +17,7 @@ import attrs
 import numpy as np
 
 from hkv_core.tiers.record import HEADER_BYTES, UNSUMMED, RecordHeader, checksum
-from hkv_exec_ref.tiers.disk_store import Buffer, DiskStore
+from hkv_tiers.disk_store import Buffer, DiskStore
 
 Record = tuple[str, RecordHeader, Buffer]  # name, header, the payload or the record's whole image
 

@@ -35,7 +35,7 @@ from numpy.typing import NDArray
 
 from hkv_core.errors import RecordCorrupt, TierError, TierFull
 from hkv_core.tiers.record import ALIGN_BYTES, HEADER_BYTES, RecordHeader, checksum, pack_header, unpack_header
-from hkv_exec_ref.tiers.fault_switch import take_fault
+from hkv_tiers.fault_switch import take_fault
 
 TIER = "disk"
 Buffer = bytes | memoryview | NDArray[np.uint8]  # what records are written from
