@@ -4,7 +4,10 @@
 `mooncake_master` (from the `remote` extra: next to the Python interpreter, else on PATH) and waits until its
 RPC and metadata ports accept connections; `stop()` ends it, `start()` again brings it back on the same ports
 (its objects are gone: a restarted master knows nothing).  `config(**overrides)` is the RemoteTierConfig that
-reaches it.  It never listens anywhere but 127.0.0.1.
+reaches it.  With `store_bytes`, a store process (mooncake_store.py: Mooncake's standalone client) holds that
+much of the store, started after the master and stopped before it, and `config` lends no instance memory
+(`segment_bytes=0`): records outlive the instance that published them.  It never listens anywhere but
+127.0.0.1.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Any
 
 from hkv_core.errors import MissingDependency, TierError
 from hkv_tiers.mooncake_client import LOG_LEVEL_ENV, listening
+from hkv_tiers.mooncake_store import MooncakeStoreProcess
 from hkv_tiers.remote_config import RemoteTierConfig
 
 HOST = "127.0.0.1"
@@ -47,11 +51,14 @@ def free_port() -> int:
 class MooncakeMaster:
     """One `mooncake_master` process on loopback ports (see the module docstring)."""
 
-    def __init__(self, log_path: str | Path | None = None) -> None:
+    def __init__(self, log_path: str | Path | None = None, store_bytes: int = 0) -> None:
         self.binary = master_binary()
         self.rpc_port, self.http_port, self.metrics_port = free_port(), free_port(), free_port()
         self.log_path = Path(log_path) if log_path is not None else None
         self.process: subprocess.Popen[bytes] | None = None
+        store_log = self.log_path.with_name(self.log_path.stem + "_store.log") if self.log_path else None
+        self.store = (MooncakeStoreProcess(self.address, self.metadata, store_bytes, free_port(), store_log)
+                      if store_bytes else None)
 
     @property
     def address(self) -> str:
@@ -62,8 +69,10 @@ class MooncakeMaster:
         return f"http://{HOST}:{self.http_port}/metadata"
 
     def config(self, **overrides: Any) -> RemoteTierConfig:
-        """The RemoteTierConfig of an instance using this master."""
-        return RemoteTierConfig(master=self.address, metadata=self.metadata, **overrides)
+        """The RemoteTierConfig of an instance using this master (lending no memory when a store process
+        holds the store)."""
+        lend = {"segment_bytes": 0} if self.store is not None else {}
+        return RemoteTierConfig(master=self.address, metadata=self.metadata, **{**lend, **overrides})
 
     @property
     def running(self) -> bool:
@@ -91,10 +100,19 @@ class MooncakeMaster:
                 raise TierError(tier="remote", record=self.address, reason=f"mooncake_master did not start "
                                 f"(exit code {code}, ports {self.rpc_port}/{self.http_port})")
             time.sleep(0.02)
+        if self.store is not None:
+            try:
+                self.store.start()
+            except TierError:
+                self.stop()
+                raise
         return self
 
     def stop(self) -> None:
-        """End the master (SIGTERM, then SIGKILL after 5 s); nothing when it is not running."""
+        """End the store process, then the master (SIGTERM, then SIGKILL after 5 s); nothing when it is not
+        running."""
+        if self.store is not None:
+            self.store.stop()
         if self.process is None:
             return
         if self.process.poll() is None:

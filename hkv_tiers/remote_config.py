@@ -26,6 +26,7 @@ _HOST_PORT = re.compile(r"^[A-Za-z0-9_.\-]+:\d{1,5}$")
 _URL = re.compile(r"^https?://[A-Za-z0-9_.\-]+:\d{1,5}/\S*$")
 _NAMESPACE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 MIN_SEGMENT_BYTES = 16 << 20  # Mooncake's client refuses a smaller segment (its setup returns -600)
+NO_SEGMENT = 0  # an instance that lends no memory: its records live in a store process's segment
 
 
 @attrs.define
@@ -51,6 +52,11 @@ def _at_least(least: int) -> Validator:
             raise ConfigError(f"RemoteTierConfig.{attribute.name} must be an integer >= {least:,}, got {value!r}",
                               source="RemoteTierConfig", key=attribute.name)
     return check
+
+
+def _segment(_: object, attribute: attrs.Attribute[int], value: object) -> None:
+    if value != NO_SEGMENT or isinstance(value, bool):
+        _at_least(MIN_SEGMENT_BYTES)(_, attribute, value)
 
 
 def _seconds(_: object, attribute: attrs.Attribute[float], value: object) -> None:
@@ -91,7 +97,8 @@ class RemoteTierConfig:
     protocol: str = attrs.field(default="tcp", validator=_protocol)
     device: str = ""  # the RDMA device names (rdma only)
     namespace: str = attrs.field(default="hkv", validator=_matches(_NAMESPACE, "hkv"))  # key prefix in the store
-    segment_bytes: int = attrs.field(default=64 << 20, validator=_at_least(MIN_SEGMENT_BYTES))
+    # memory this instance lends the store; 0: none (a store process holds the records: they outlive this instance)
+    segment_bytes: int = attrs.field(default=64 << 20, validator=_segment)
     buffer_bytes: int = attrs.field(default=16 << 20, validator=_at_least(1 << 20))
     staging_bytes: int = attrs.field(default=16 << 20, validator=_at_least(1 << 16))
     deadline_s: float = attrs.field(default=0.5, validator=_seconds)  # a lookup or get slower than this: a miss

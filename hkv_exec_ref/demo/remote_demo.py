@@ -1,10 +1,12 @@
 """`hkv demo --remote`: two serving instances in two processes share one Mooncake Store master.
 
-A local master is started on loopback; instances A and B (each `remote_instance.py` in its own process, with
-its own device pools, the same layout, weights and key seed) serve the built-in workload in arrival order,
-requests alternating between them as a round-robin router would send them.  A session's next turn therefore
-usually lands on the other instance, which finds the prefix its peer computed in the shared store, loads it
-(checked) and serves it; every response is checked against a full recomputation in its own process.
+A local master is started on loopback with a store process (Mooncake's standalone client) holding the
+store's memory, so records outlive the instance that published them; instances A and B (each
+`remote_instance.py` in its own process, with its own device pools, the same layout, weights and key seed)
+serve the built-in workload in arrival order, requests alternating between them as a round-robin router would
+send them.  A session's next turn therefore usually lands on the other instance, which finds the prefix its
+peer computed in the shared store, loads it (checked) and serves it; every response is checked against a full
+recomputation in its own process.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from hkv_tiers.remote_config import RemoteTierConfig
 
 INSTANCES = ("A", "B")
 REMOTE_LIMITS: dict[str, Any] = {"default_pool_pages": 160, "retain_every_blocks": 2}
+STORE_BYTES = 256 << 20  # the store process's segment: the records outlive the instances (docs/remote.md)
 ANSWER_TIMEOUT_S = 120.0
 
 
@@ -104,7 +107,7 @@ def run_remote_demo(cfg: WorkloadConfig, *, progress: Callable[[int], None] | No
     """Serve the workload alternately on two instances sharing a local master (see the module docstring)."""
     trace = generate_trace(cfg)
     began = time.perf_counter()
-    with MooncakeMaster(log_dir / "mooncake_master.log" if log_dir else None) as master:
+    with MooncakeMaster(log_dir / "mooncake_master.log" if log_dir else None, store_bytes=STORE_BYTES) as master:
         engine = {"seed": cfg.seed, "key_seed": cfg.seed, "load_policy": load_policy, **REMOTE_LIMITS}
         instances = {name: InstanceProcess(master.config(), engine, log_dir / f"instance_{name}.log"
                                            if log_dir else None) for name in INSTANCES}
