@@ -22,22 +22,21 @@ request of `--blocks` blocks (+ 1 token) allocated through a CacheManager, its
 pages filled with random bytes in a RefExecutor, and its `--blocks` block
 records and the point record at its end (as tests/tiers/test_record_round_trip.py):
 
-- host offload: `TierCache.store` of every record with `span_io.export` as its
-  fill (the engine's `TierLink.store`: each page run copied from the pools
-  straight into the host arena, then checksum and header) against
+- host offload: `TierCache.store` of every record filled by a store plan the
+  manager issued (the engine's `TierLink.store`: each page run copied from the
+  pools straight into the host arena, then checksum and header) against
   `numpy.copyto` of the same payload bytes out of the pool arrays into a
   preallocated host buffer;
 - host reload: `TierCache.fetch` from the host (header and payload checked, a
-  view of the arena) + `span_io.load_all` into a second request's allocation
-  (the records written on the cache's loader threads, as the engine's
-  `TierLink.load`) against one `numpy.copyto` of the same bytes back into a
+  view of the arena) + one load plan into a second request's allocation,
+  settled by `complete` (as the engine's `TierLink.load`) against one `numpy.copyto` of the same bytes back into a
   preallocated array;
 - disk offload: the host offload and then `TierCache.evict("host")` (one
   durable batch on the writer thread, drained), end to end, against a raw
   O_DIRECT write + fsync of the same payload bytes, one file per record, from
   page-aligned buffers filled before the clock starts; `demote_gbps`: the
   eviction alone.  Disk reload: `TierCache.fetch`
-  from disk (loader threads, checked) + `span_io.load` against a plain read
+  from disk (loader threads, checked) + the load plan against a plain read
   of the raw files, one after another.
 - the first run checks that the second allocation reads back bit-exact after
   each reload (not timed); `phases_ms` splits the record path into its steps
@@ -53,7 +52,6 @@ run with its commit.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import mmap
 import os
@@ -208,8 +206,8 @@ class RecordBench:
         self.pools = tuple(b.spec for b in self.manager.bindings())
         for array in self.executor.pools.values():  # every page resident: the baselines read real memory too
             array.reshape(-1).view(np.uint8).fill(1)
-        self.source, self.keys = self._allocate(0)
-        self.target, _ = self._allocate(1)
+        self.source, self.keys, self.source_rid = self._allocate(0)
+        self.target, _, self.target_rid = self._allocate(1)
         self._fill(self.source, seed)
         b = self.block
         lo_point = span_io.token_range(self.layout, span_io.POINT, self.end - b, self.end)[0]
@@ -227,12 +225,12 @@ class RecordBench:
             buffer[:len(payload)] = payload
             self.aligned.append(buffer)
 
-    def _allocate(self, offset: int) -> tuple[Allocation, np.ndarray]:
+    def _allocate(self, offset: int) -> tuple[Allocation, np.ndarray, int]:
         prompt = (np.arange(self.end + 1) + offset) % 1000
         rid = self.manager.add_request(prompt)
         self.manager.acquire(rid, self.manager.match(rid))
         alloc = self.manager.allocate(rid, self.end)
-        return alloc, self.manager.block_keys(rid)
+        return alloc, self.manager.block_keys(rid), rid
 
     def _fill(self, alloc: Allocation, seed: int) -> None:
         """Random bytes in every slot the allocation writes and in its tail pages (as the round-trip test)."""
@@ -251,7 +249,9 @@ class RecordBench:
         self._fill(self.target, seed=7919)
 
     def read(self, kind: str, lo: int, hi: int, alloc: Allocation | None = None) -> span_io.Arrays:
-        return span_io.read(self.executor, self.layout, self.pools, kind, alloc or self.source, lo, hi)
+        rid = self.target_rid if alloc is self.target else self.source_rid
+        return span_io.read(self.manager, self.executor, rid, self.layout, self.pools, kind, alloc or self.source,
+                            lo, hi)
 
     def cache(self, directory: Path) -> TierCache:
         """A TierCache whose host arena holds every record twice over (the writer stays idle until evict)."""
@@ -273,12 +273,13 @@ def record_runs(bench: RecordBench, directory: Path, check: bool) -> dict[str, f
     raw = directory / "raw"
     raw.mkdir()
 
-    def offload() -> None:  # TierLink.store, every record: exported from the pools straight into the arena
+    def offload() -> None:  # TierLink.store, every record: a store plan from the pools straight into the arena
         for kind, lo, hi, read_lo, key in bench.records:
             t0 = time.perf_counter()
             nbytes = span_io.payload_bytes(layout, pools, kind, read_lo, hi)
-            cache.store(kind, key, lo, hi, nbytes,
-                        functools.partial(span_io.export, ex, layout, pools, kind, bench.source, read_lo, hi))
+            rows = span_io.store_rows(layout, pools, kind, bench.source, read_lo, hi, "r")
+            cache.store(kind, key, lo, hi, nbytes, lambda out, rows=rows: span_io.run_store(
+                bench.manager, ex, bench.source_rid, rows, {"r": out}))
             phase["store"] += time.perf_counter() - t0
 
     def copy_in() -> None:  # the same bytes per pool out of that pool's pages (past the NULL page), back to back
@@ -295,11 +296,13 @@ def record_runs(bench: RecordBench, directory: Path, check: bool) -> dict[str, f
         t0 = time.perf_counter()
         got = cache.fetch(bench.wanted)
         t1 = time.perf_counter()
-        loads = []
-        for (kind, _, hi, read_lo, _), found in zip(bench.records, got, strict=True):
+        rows, buffers = [], {}
+        for i, ((kind, _, hi, read_lo, _), found) in enumerate(zip(bench.records, got, strict=True)):
             assert found is not None and found[0] == tier, (tier, kind, hi, found and found[0])
-            loads.append(span_io.Load(kind=kind, lo=read_lo, hi=hi, payload=found[1], last=hi == bench.end))
-        span_io.load_all(ex, layout, pools, bench.target, loads, cache.loader)  # as TierLink.load
+            rows += span_io.load_rows(layout, pools, kind, bench.target, read_lo, hi, f"r{i}", last=hi == bench.end)
+            buffers[f"r{i}"] = span_io.buffer_of(found[1])
+        done = span_io.run_load(bench.manager, ex, bench.target_rid, rows, buffers)  # one plan, as TierLink.load
+        assert done.ok
         t2 = time.perf_counter()
         phase[f"fetch_{tier}"] += t1 - t0
         phase[f"load_{tier}"] += t2 - t1

@@ -7,12 +7,15 @@ manager: it depends on layout, plan and errors, never on the manager.
 - `bind(pools, authority) -> addresses`: allocate every pool once (static
   pools: base addresses never change, so captured CUDA Graphs stay valid, F9)
   and keep `authority`, whatever issued the plans (the CacheManager).
-- `run(plan) -> Completion`: at launch, `authority.verify(plan)` checks every
+- `run(plan, records=None) -> Completion`: at launch, `authority.verify(plan)` checks every
   op's page versions against the authority's live state under its lock
   (StaleLease and nothing run if any moved); then carry the ops out (later,
   on a stream or a disk worker, is fine: the manager keeps the pages of an
   issued plan pinned until `complete`).  The caller hands the completion back
-  with `CacheManager.complete(plan.plan_id, completion)`.
+  with `CacheManager.complete(plan.plan_id, completion)`.  `records` maps the
+  record names of the plan's StoreRecord / LoadRecord ops to their host
+  buffers (uint8 arrays; writable for a store): the one path between the
+  pools and the tiers (docs/tiers.md).
 - `read(pool, pages)`: host copies of whole pages, shape
   `(n, layers, entries_per_page, *entry_shape)`.
 - `entries(pool, slots, layer)`: copies of the entries at flat slots of one layer,
@@ -21,10 +24,6 @@ manager: it depends on layout, plan and errors, never on the manager.
 - `write(pool, slots, values)`: one entry per flat slot
   `page * entries_per_page + offset`, values shaped `(n, layers, *entry_shape)`
   (host arrays, or arrays of `xp`).
-- `export_rows(pool, runs, out)` / `import_rows(pool, runs, src)`: the tiers'
-  offload and reload: runs `(page, first, stop)` of entries, copied in order
-  to or from a host array shaped `(layers, n, *entry_shape)` (n the runs'
-  total), one strided copy per run (docs/tiers.md).
 
 Sizing: `PoolBinding.nbytes` is what one pool takes, `device_estimate(bindings)` adds
 every pool up (`hkv_core.manager.estimate_device_bytes(layout, config)` does so from a
@@ -44,6 +43,7 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 import attrs
+import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from hkv_core.errors import BufferMismatch, InvalidArgument, PoolsTooLarge, UnknownPool
@@ -53,7 +53,7 @@ from hkv_core.units import NULL_PAGE
 
 __all__ = ["DeviceEstimate", "Executor", "PlanAuthority", "PoolBinding", "Run", "TrustingAuthority",
            "adopt_buffers", "available_host_bytes", "check_op", "check_pools_fit", "checked_max_bytes",
-           "device_estimate"]
+           "device_estimate", "record_bytes", "record_view"]
 
 Run = tuple[int, int, int]  # (page, first entry, stop entry): one contiguous piece of a page
 
@@ -249,8 +249,9 @@ class Executor(Protocol):
         """Allocate every pool once; return each pool's base address (stable for the executor's life)."""
         ...
 
-    def run(self, plan: Plan) -> Completion:
-        """Verify the plan through the authority (StaleLease, nothing run), then run the ops in order."""
+    def run(self, plan: Plan, records: Mapping[str, NDArray[Any]] | None = None) -> Completion:
+        """Verify the plan through the authority (StaleLease, nothing run), then run the ops in order; `records`:
+        the host buffers of its record ops, by record name."""
         ...
 
     xp: Any  # the array module of the pools and of what `entries` returns (numpy, cupy)
@@ -268,24 +269,18 @@ class Executor(Protocol):
         """Write one entry (every layer) per flat slot; values (n, layers, *entry_shape)."""
         ...
 
-    def export_rows(self, pool: str, runs: Sequence[Run], out: NDArray[Any]) -> None:
-        """Copy entries [first, stop) of each run's page, in order, into `out` (layers, n, *entry_shape)."""
-        ...
 
-    def import_rows(self, pool: str, runs: Sequence[Run], src: NDArray[Any]) -> None:
-        """Copy `src` (layers, n, *entry_shape), in order, into entries [first, stop) of each run's page (never
-        the NULL page)."""
-        ...
-
-
-def check_op(op: Op, shapes: dict[str, tuple[int, ...]], records: dict[str, tuple[str, int]]) -> None:
-    """Check that `op` is well formed for pools of `shapes`; `records` are the host records as they will be when it
-    runs (a StoreRecord adds its record).  Every executor checks a whole plan this way before running any of it:
-    UnknownPool for a pool it does not have, InvalidArgument (argument `plan`) for a page outside the pool, a copy
-    into the NULL page or onto its source, an entry count outside the page, a load of a record it does not hold."""
+def check_op(op: Op, shapes: dict[str, tuple[int, ...]], records: Mapping[str, NDArray[Any]] | None = None,
+             itemsizes: Mapping[str, int] | None = None) -> None:
+    """Check that `op` is well formed for pools of `shapes` (and, for a record op, `records`, the host buffers by
+    name, and `itemsizes`, each pool's bytes per element).  Every executor checks a whole plan this way before
+    running any of it: UnknownPool for a pool it does not have, InvalidArgument (argument `plan`) for a page
+    outside the pool, a copy into the NULL page or onto its source, an entry count outside the page, a run
+    outside its page, a record op whose buffer is missing, too short, read-only for a store, or not bytes."""
     if op.pool not in shapes:
         raise UnknownPool(pool=op.pool, known=tuple(shapes), action="run")
-    pages, entries = shapes[op.pool][0], shapes[op.pool][2]
+    shape = shapes[op.pool]
+    pages, entries = shape[0], shape[2]
     touched = (op.src, op.dst) if isinstance(op, CopyPages) else op.pages
     reason = ""
     if not all(0 <= p < pages for p in touched):
@@ -298,9 +293,41 @@ def check_op(op: Op, shapes: dict[str, tuple[int, ...]], records: dict[str, tupl
         reason = "a load into the NULL page"
     elif isinstance(op, FillPages) and not 0 <= op.value <= 255:
         reason = f"a fill byte {op.value} outside 0..255"
-    elif isinstance(op, LoadRecord) and records.get(op.record) != (op.pool, len(op.pages)):
-        reason = f"no record {op.record!r} of {len(op.pages)} {op.pool} pages"
+    elif isinstance(op, StoreRecord | LoadRecord):
+        reason = _record_problem(op, shape, records or {}, (itemsizes or {}).get(op.pool, 0))
     if reason:
         raise InvalidArgument(action="run", argument="plan", value=op, reason=f"{op.pool}: {reason}")
-    if isinstance(op, StoreRecord):
-        records[op.record] = (op.pool, len(op.pages))
+
+
+def record_bytes(op: StoreRecord | LoadRecord, shape: tuple[int, ...], itemsize: int) -> int:
+    """Bytes of the record's piece `op` reads or writes within: (first_row + rows) rows of every layer."""
+    per_row = shape[1] * itemsize
+    for n in shape[3:]:
+        per_row *= n
+    return (op.first_row + op.rows) * per_row
+
+
+def record_view(op: StoreRecord | LoadRecord, shape: tuple[int, ...], dtype: Any,
+                buffer: NDArray[np.uint8]) -> NDArray[Any]:
+    """The (layers, rows, *entry_shape) view of `buffer` an op (checked by `check_op`) moves rows to or from."""
+    nbytes = record_bytes(op, shape, np.dtype(dtype).itemsize)
+    piece = buffer[op.offset:op.offset + nbytes].view(dtype).reshape(shape[1], op.first_row + op.rows, *shape[3:])
+    view: NDArray[Any] = piece[:, op.first_row:]
+    return view
+
+
+def _record_problem(op: StoreRecord | LoadRecord, shape: tuple[int, ...], records: Mapping[str, NDArray[Any]],
+                    itemsize: int) -> str:
+    if any(stop > shape[2] for _, _, stop in op.runs):
+        return f"a run past the page's {shape[2]} entries"
+    buffer = records.get(op.record)
+    if buffer is None:
+        return f"no host buffer for record {op.record!r} (run(plan, records={{name: buffer}}))"
+    if getattr(buffer, "dtype", None) != np.uint8 or getattr(buffer, "ndim", 0) != 1:
+        return f"record {op.record!r}: its buffer must be a 1-d uint8 array"
+    if isinstance(op, StoreRecord) and not buffer.flags.writeable:
+        return f"record {op.record!r}: a store needs a writable buffer"
+    need = op.offset + record_bytes(op, shape, itemsize)
+    if need > buffer.size:
+        return f"record {op.record!r}: bytes [{op.offset}, {need}) past its {buffer.size}-byte buffer"
+    return ""

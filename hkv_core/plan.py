@@ -16,8 +16,14 @@ Ops (one pool each; a page holds `entries_per_page` entries of every layer):
   (copy-on-write of a partial prefix page, seeding a working tail page).
 - `FillPages`: set every byte of `pages` to `value` (a reserved dummy page).
 - `Checksum`: a digest per page (`page_digest` of its bytes).
-- `StoreRecord`: copy `pages` into tier record `record` (host, later disk).
-- `LoadRecord`: copy tier record `record` into `pages`.
+- `StoreRecord`: copy row runs of pages into a tier record's host bytes.
+- `LoadRecord`: copy a tier record's host bytes into row runs of pages.
+
+The two record ops are the one path between the pools and the tiers: a
+record's bytes are a host buffer the plan names (`record`) and the caller
+hands to `Executor.run(plan, records={name: buffer})`; each op moves the rows
+of its runs, in order, to or from bytes [offset, offset + nbytes) of that
+buffer, laid out (layers, rows, *entry_shape) in the pool's dtype.
 
 This module depends only on attrs and the units module (plans sit beside the
 manager, not above or below it).
@@ -36,10 +42,12 @@ from hkv_core.errors import InvalidArgument
 from hkv_core.units import NULL_PAGE
 
 __all__ = ["DIGEST_BYTES", "JSON_FORMAT", "NO_PLAN", "OP_TYPES", "Checksum", "Completion", "CopyPages", "FillPages",
-           "LoadRecord", "Op", "Plan", "StoreRecord", "VersionCheck", "page_digest", "version_checks"]
+           "LoadRecord", "Op", "Plan", "RecordOp", "RecordRows", "StoreRecord", "VersionCheck", "page_digest",
+           "version_checks"]
 
 DIGEST_BYTES = 16  # blake2b-128 per page: collisions are not a concern for checksums of cache pages
-JSON_FORMAT = "hkv.plan/v2"  # the format tag Plan.to_json writes and from_json checks
+# the format tag Plan.to_json writes and from_json checks (v3: record ops move row runs to and from host bytes)
+JSON_FORMAT = "hkv.plan/v3"
 NO_PLAN = -1  # plan_id of a plan the manager did not issue (built by hand, for tests or replay)
 
 
@@ -92,31 +100,90 @@ class Checksum:
     versions: tuple[int, ...] = attrs.field(converter=_pages, validator=_check_versions)
 
 
+def _runs(value: Sequence[Sequence[int]]) -> tuple[tuple[int, int, int], ...]:
+    return tuple((int(page), int(first), int(stop)) for page, first, stop in value)
+
+
+def _check_runs(op: Any, attribute: Any, value: tuple[tuple[int, int, int], ...]) -> None:
+    bad = [run for run in value if not 0 <= run[1] < run[2]]
+    if not value or bad:
+        raise InvalidArgument(action=type(op).__name__, argument="runs", value=value,
+                              reason="one or more (page, first, stop) runs, each with 0 <= first < stop"
+                              + (f": {bad[0]}" if bad else ""))
+
+
+def _check_run_versions(op: Any, attribute: Any, value: tuple[int, ...]) -> None:
+    if len(value) != len(op.runs):
+        raise InvalidArgument(action=type(op).__name__, argument="versions", value=value,
+                              reason=f"one version per run, and the op has {len(op.runs)} runs")
+
+
+def _check_offset(op: Any, attribute: Any, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgument(action=type(op).__name__, argument="offset", value=value,
+                              reason="a byte offset into the record >= 0")
+
+
+class _RowRuns:
+    """The pages and row count of a record op's runs."""
+
+    runs: tuple[tuple[int, int, int], ...]
+
+    @property
+    def pages(self) -> tuple[int, ...]:
+        return tuple(page for page, _, _ in self.runs)
+
+    @property
+    def rows(self) -> int:
+        return sum(stop - first for _, first, stop in self.runs)
+
+
 @attrs.frozen(kw_only=True)
-class StoreRecord:
-    """Copy `pages` of `pool` (every entry of every layer) into tier record `record`."""
+class StoreRecord(_RowRuns):
+    """Copy entries [first, stop) of each run's page of `pool` (every layer), in order, into bytes from `offset`
+    of record `record`'s host buffer, laid out (layers, first_row + rows, *entry_shape): rows [first_row, ...)
+    of each layer (`first_row`: rows of the piece the op leaves alone)."""
 
     pool: str
-    pages: tuple[int, ...] = attrs.field(converter=_pages)
-    versions: tuple[int, ...] = attrs.field(converter=_pages, validator=_check_versions)
+    runs: tuple[tuple[int, int, int], ...] = attrs.field(converter=_runs, validator=_check_runs)
+    versions: tuple[int, ...] = attrs.field(converter=_pages, validator=_check_run_versions)
     record: str
-    tier: str = "host"
+    offset: int = attrs.field(default=0, validator=_check_offset)
+    first_row: int = attrs.field(default=0, validator=_check_offset)
 
 
 @attrs.frozen(kw_only=True)
-class LoadRecord:
-    """Copy tier record `record` (stored from the same pool) into `pages` of `pool`."""
+class LoadRecord(_RowRuns):
+    """Copy bytes from `offset` of record `record`'s host buffer, laid out (layers, first_row + rows,
+    *entry_shape) - rows [first_row, ...) of each layer - in order into entries [first, stop) of each run's page
+    of `pool` (never the NULL page)."""
 
     pool: str
-    pages: tuple[int, ...] = attrs.field(converter=_pages)
-    versions: tuple[int, ...] = attrs.field(converter=_pages, validator=_check_versions)
+    runs: tuple[tuple[int, int, int], ...] = attrs.field(converter=_runs, validator=_check_runs)
+    versions: tuple[int, ...] = attrs.field(converter=_pages, validator=_check_run_versions)
     record: str
-    tier: str = "host"
+    offset: int = attrs.field(default=0, validator=_check_offset)
+    first_row: int = attrs.field(default=0, validator=_check_offset)
 
     def __attrs_post_init__(self) -> None:
         if NULL_PAGE in self.pages:
-            raise InvalidArgument(action="LoadRecord", argument="pages", value=self.pages,
+            raise InvalidArgument(action="LoadRecord", argument="runs", value=self.runs,
                                   reason="nothing is ever loaded into the NULL page (page 0)")
+
+
+RecordOp = StoreRecord | LoadRecord
+
+
+@attrs.frozen(kw_only=True)
+class RecordRows:
+    """What a caller asks the manager to move between a request's pages and a record (`plan_store`,
+    `plan_load`): row runs of one pool and where they sit in the record's bytes; the manager adds versions."""
+
+    pool: str
+    runs: tuple[tuple[int, int, int], ...] = attrs.field(converter=_runs)
+    record: str
+    offset: int = 0
+    first_row: int = 0  # rows of the record's piece before these (skipped)
 
 
 Op = CopyPages | FillPages | Checksum | StoreRecord | LoadRecord  # any op a plan may hold
@@ -135,11 +202,13 @@ def _ops(value: Sequence[Op]) -> tuple[Op, ...]:
 
 @attrs.frozen(kw_only=True)
 class VersionCheck:
-    """One page an op reads or writes, and the version its lease saw."""
+    """One page an op reads or writes (`writes`: a LoadRecord's target, FILLING for its request), and the version
+    its lease saw."""
 
     pool: str
     page: int
     version: int
+    writes: bool = False
 
 
 def _copy_checks(op: CopyPages) -> tuple[VersionCheck, ...]:
@@ -147,7 +216,9 @@ def _copy_checks(op: CopyPages) -> tuple[VersionCheck, ...]:
 
 
 def _page_checks(op: FillPages | Checksum | StoreRecord | LoadRecord) -> tuple[VersionCheck, ...]:
-    return tuple(VersionCheck(pool=op.pool, page=p, version=v) for p, v in zip(op.pages, op.versions, strict=True))
+    writes = isinstance(op, LoadRecord)
+    return tuple(VersionCheck(pool=op.pool, page=p, version=v, writes=writes)
+                 for p, v in zip(op.pages, op.versions, strict=True))
 
 
 _CHECKS: dict[type, Callable[[Any], tuple[VersionCheck, ...]]] = {
@@ -220,7 +291,7 @@ class Completion:
 
     digests: tuple[tuple[str, ...], ...] = ()  # one tuple per Checksum op, in plan order
     ops_run: int = 0
-    pages_moved: int = 0  # pages copied, filled, stored or loaded
+    pages_moved: int = 0  # pages copied, filled, stored or loaded (a record op: the pages its runs touch)
     entries_copied: int = 0  # entries moved by CopyPages
     ok: bool = True
     error: str = ""

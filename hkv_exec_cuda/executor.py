@@ -8,8 +8,9 @@ ops are queued on the executor's stream; `launch` returns a `PendingPlan`
 whose CUDA event says when it is done and whose `wait()` gives the Completion
 the engine hands to `CacheManager.complete`.  `run` is launch + wait.
 
-Host records (StoreRecord / LoadRecord) live in pinned host memory; host arrays
-the executor did not pin go through one pinned staging buffer.  The host-side
+Record ops (StoreRecord / LoadRecord) copy row runs between the pools and the
+host buffers the caller names (a tier's bytes); host arrays the executor did
+not pin go through one pinned staging buffer.  The host-side
 logic runs unchanged on `numpy_backend()`, which CI uses (docs/cuda_executor.md).
 """
 
@@ -34,6 +35,7 @@ from hkv_core.executor import (
     check_pools_fit,
     checked_max_bytes,
     device_estimate,
+    record_view,
 )
 from hkv_core.executor_tally import NUMPY_DTYPES, Tally, pages_moved
 from hkv_core.plan import Checksum, Completion, CopyPages, FillPages, LoadRecord, Plan, StoreRecord, page_digest
@@ -74,7 +76,6 @@ class CudaExecutor:
         self.xp: Any = self.backend.xp
         self.pools: dict[str, Any] = {}
         self.bindings: dict[str, PoolBinding] = {}
-        self.host: dict[str, tuple[str, NDArray[Any]]] = {}  # record -> (pool, pinned pages)
         self.tally = Tally()
         self.stream = self.backend.stream()
         self.pinned = PinnedArrays(self.backend, staging_bytes)
@@ -129,8 +130,9 @@ class CudaExecutor:
 
     # -- plans ----------------------------------------------------------------------------
 
-    def launch(self, plan: Plan) -> PendingPlan:
-        """Check the plan, have the authority verify it (StaleLease: nothing queued), queue its ops.
+    def launch(self, plan: Plan, records: Mapping[str, NDArray[Any]] | None = None) -> PendingPlan:
+        """Check the plan, have the authority verify it (StaleLease: nothing queued), queue its ops (record ops
+        copy between the device and `records`, the host buffers by name, before this returns).
 
         InvalidExecutorState before `bind`; UnknownPool / InvalidArgument for a malformed op (nothing queued)."""
         _checks.check_bound("launch", self._authority)
@@ -139,15 +141,19 @@ class CudaExecutor:
                                   reason=f"must be a hkv_core.plan.Plan, got {type(plan).__name__}")
         assert self._authority is not None
         with self._lock:
-            records = {name: (pool, pages.shape[0]) for name, (pool, pages) in self.host.items()}
+            buffers = records or {}
             shapes = {name: tuple(array.shape) for name, array in self.pools.items()}
+            itemsizes = {name: int(array.dtype.itemsize) for name, array in self.pools.items()}
             for op in plan.ops:
-                check_op(op, shapes, records)
+                check_op(op, shapes, buffers, itemsizes)
             self._authority.verify(plan)
             keep: list[Any] = []
             sums: list[NDArray[Any]] = []
             with self.stream:
                 for op in plan.ops:
+                    if isinstance(op, StoreRecord | LoadRecord):
+                        self._record(op, buffers)
+                        continue
                     out = _RUNNERS[type(op)](self, op, keep)
                     if isinstance(op, Checksum):
                         sums.append(out)
@@ -168,9 +174,9 @@ class CudaExecutor:
 
         return PendingPlan(plan_id=plan.plan_id, event=event, finish=finish, keep=keep)
 
-    def run(self, plan: Plan) -> Completion:
+    def run(self, plan: Plan, records: Mapping[str, NDArray[Any]] | None = None) -> Completion:
         """Launch the plan and wait for it: the Completion to hand to `CacheManager.complete`."""
-        return self.launch(plan).wait()
+        return self.launch(plan, records).wait()
 
     def _index(self, pages: Sequence[int] | NDArray[Any]) -> Any:
         return self.xp.asarray(np.asarray(pages, np.int64))
@@ -194,19 +200,12 @@ class CudaExecutor:
     def _checksum(self, op: Checksum, keep: list[Any]) -> NDArray[Any]:
         return self._to_pinned(op.pool, op.pages, keep)
 
-    def _store(self, op: StoreRecord, keep: list[Any]) -> None:
-        old = self.host.get(op.record)
-        self.host[op.record] = (op.pool, self._to_pinned(op.pool, op.pages, keep))
-        if old is not None:
-            keep.append(old[1])  # the replaced record's buffer may still feed a queued load
-            self.pinned.release(old[1])
-
-    def _load(self, op: LoadRecord, keep: list[Any]) -> None:
-        host = self.host[op.record][1]
-        staged = self.xp.empty(host.shape, host.dtype)
-        self.backend.to_device(host, staged, self.stream)
-        self.pools[op.pool][self._index(op.pages)] = staged
-        keep.extend((staged, host))
+    def _record(self, op: StoreRecord | LoadRecord, records: Mapping[str, NDArray[Any]]) -> None:
+        """A record op: its rows between the pool and the host buffer, through the row-run copies (in stream
+        order: they synchronize the executor's stream)."""
+        array = self.pools[op.pool]
+        view = record_view(op, tuple(array.shape), np.dtype(array.dtype), records[op.record])
+        (self.export_rows if isinstance(op, StoreRecord) else self.import_rows)(op.pool, op.runs, view)
 
     # -- zero-copy views ------------------------------------------------------------------
 
@@ -365,5 +364,4 @@ def _pieces(shape: tuple[int, ...], itemsize: int, limit: int) -> list[tuple[sli
 
 _RUNNERS: dict[type, Callable[[CudaExecutor, Any, list[Any]], Any]] = {
     CopyPages: CudaExecutor._copy, FillPages: CudaExecutor._fill, Checksum: CudaExecutor._checksum,
-    StoreRecord: CudaExecutor._store, LoadRecord: CudaExecutor._load,
 }

@@ -11,7 +11,6 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import attrs
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
@@ -27,21 +26,14 @@ from hkv_core.executor import (
     check_pools_fit,
     checked_max_bytes,
     device_estimate,
+    record_view,
 )
 from hkv_core.executor_checks import bf16_bits
 from hkv_core.executor_tally import NUMPY_DTYPES, Tally, pages_moved
 from hkv_core.plan import Checksum, Completion, CopyPages, FillPages, LoadRecord, Plan, StoreRecord, page_digest
 
-__all__ = ["NUMPY_DTYPES", "HostRecord", "RefExecutor", "Tally", "bf16_bits", "pages_moved"]
+__all__ = ["NUMPY_DTYPES", "RefExecutor", "Tally", "bf16_bits", "pages_moved"]
 
-
-
-@attrs.define
-class HostRecord:
-    """A stored copy of some pages of one pool (the in-memory host tier)."""
-
-    pool: str
-    pages: NDArray[Any]  # (n, layers, entries_per_page, *entry_shape)
 
 
 class RefExecutor:
@@ -52,9 +44,8 @@ class RefExecutor:
     def __init__(self) -> None:
         self.pools: dict[str, NDArray[Any]] = {}
         self.bindings: dict[str, PoolBinding] = {}
-        self.host: dict[str, HostRecord] = {}
         self.tally = Tally()
-        self._tally_lock = threading.Lock()  # export_rows / import_rows may run on a tier's loader threads
+        self._tally_lock = threading.Lock()  # row copies may run on a tier's threads
         self._authority: PlanAuthority | None = None
         self._addresses: dict[str, int] = {}
 
@@ -95,8 +86,9 @@ class RefExecutor:
 
     # -- run ------------------------------------------------------------------------------
 
-    def run(self, plan: Plan) -> Completion:
-        """Check every op (names, pages), have the authority verify the versions at launch, then run in order.
+    def run(self, plan: Plan, records: Mapping[str, NDArray[Any]] | None = None) -> Completion:
+        """Check every op (names, pages, record buffers), have the authority verify the versions at launch, then
+        run in order; `records`: the host buffers of the record ops, by name.
 
         InvalidExecutorState before `bind`; UnknownPool / InvalidArgument for a malformed op (nothing runs)."""
         _checks.check_bound("run", self._authority)
@@ -104,14 +96,15 @@ class RefExecutor:
             raise InvalidArgument(action="run", argument="plan", value=plan,
                                   reason=f"must be a hkv_core.plan.Plan, got {type(plan).__name__}")
         assert self._authority is not None
-        records = {name: (r.pool, r.pages.shape[0]) for name, r in self.host.items()}
+        buffers = records or {}
         shapes = {name: array.shape for name, array in self.pools.items()}
+        itemsizes = {name: array.itemsize for name, array in self.pools.items()}
         for op in plan.ops:
-            check_op(op, shapes, records)
+            check_op(op, shapes, buffers, itemsizes)
         self._authority.verify(plan)
         digests, moved, copied = [], 0, 0
         for op in plan.ops:
-            result = _RUNNERS[type(op)](self, op)
+            result = _RUNNERS[type(op)](self, op, buffers)
             if isinstance(op, Checksum):
                 digests.append(result)
             moved += pages_moved(op)
@@ -123,24 +116,26 @@ class RefExecutor:
         assert self._addresses == self.addresses(), "a pool moved: pools are static"
         return Completion(digests=tuple(digests), ops_run=len(plan.ops), pages_moved=moved, entries_copied=copied)
 
-    def _copy(self, op: CopyPages) -> None:
+    def _copy(self, op: CopyPages, records: Mapping[str, NDArray[Any]]) -> None:
         pool = self.pools[op.pool]
         pool[op.dst, :, : op.entries] = pool[op.src, :, : op.entries]
 
-    def _fill(self, op: FillPages) -> None:
+    def _fill(self, op: FillPages, records: Mapping[str, NDArray[Any]]) -> None:
         pool = self.pools[op.pool]
         for page in op.pages:
             pool[page].view(np.uint8)[...] = op.value
 
-    def _checksum(self, op: Checksum) -> tuple[str, ...]:
+    def _checksum(self, op: Checksum, records: Mapping[str, NDArray[Any]]) -> tuple[str, ...]:
         pool = self.pools[op.pool]
         return tuple(page_digest(np.ascontiguousarray(pool[page]).tobytes()) for page in op.pages)
 
-    def _store(self, op: StoreRecord) -> None:
-        self.host[op.record] = HostRecord(pool=op.pool, pages=self.pools[op.pool][list(op.pages)].copy())
+    def _store(self, op: StoreRecord, records: Mapping[str, NDArray[Any]]) -> None:
+        array = self.pools[op.pool]
+        self.export_rows(op.pool, op.runs, record_view(op, array.shape, array.dtype, records[op.record]))
 
-    def _load(self, op: LoadRecord) -> None:
-        self.pools[op.pool][list(op.pages)] = self.host[op.record].pages
+    def _load(self, op: LoadRecord, records: Mapping[str, NDArray[Any]]) -> None:
+        array = self.pools[op.pool]
+        self.import_rows(op.pool, op.runs, record_view(op, array.shape, array.dtype, records[op.record]))
 
     # -- zero-copy views ------------------------------------------------------------------
 
@@ -236,7 +231,7 @@ def _address(array: NDArray[Any]) -> int:
 
 
 
-_RUNNERS: dict[type, Callable[[RefExecutor, Any], Any]] = {
+_RUNNERS: dict[type, Callable[[RefExecutor, Any, Mapping[str, NDArray[Any]]], Any]] = {
     CopyPages: RefExecutor._copy, FillPages: RefExecutor._fill, Checksum: RefExecutor._checksum,
     StoreRecord: RefExecutor._store, LoadRecord: RefExecutor._load,
 }

@@ -11,10 +11,16 @@
   be empty), never into the block holding the prompt's last token (one token is
   always computed); the cost model decides how many to load.
 - `load`: fetch the chosen records (disk reads on worker threads, each
-  checked), allocate up to the deepest end whose records all arrived, write
-  entries, window rows and tails into the new slots (tails also into the
-  snapshot pages of kept points and the working tail), and commit: the manager
-  publishes them as if they had been computed.  The rest is recomputed.
+  checked), allocate up to the deepest end whose records all arrived, and
+  copy entries, window rows and tails into the new slots (tails also into the
+  snapshot pages of kept points and the working tail) with one load plan the
+  manager issues (its targets FILLING until `complete`); then commit: the
+  manager publishes them as if they had been computed.  The rest is
+  recomputed, and so is the whole allocation when the load plan fails.
+
+Stores and loads move bytes only through plans (`CacheManager.plan_store` /
+`plan_load`, StoreRecord / LoadRecord ops run by either executor): one path
+between the pools and the tiers.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from hkv_core.errors import ConfigError, InvalidArgument
 from hkv_core.executor import Executor
 from hkv_core.layout import Layout, PoolSpec
 from hkv_core.manager import Allocation, CacheManager
+from hkv_core.plan import RecordRows
 from hkv_core.tiers.cost import Candidate, CostModel, LoadDecision, Rate, recompute_flops
 from hkv_tiers import span_io
 from hkv_tiers.disk_store import DiskFaults
@@ -168,9 +175,12 @@ class TierLink:
                         keys=keys, retained=retained)
 
     def load(self, manager: CacheManager, executor: Executor, rid: int, plan: TierPlan,
-             run_plan: Callable[[Allocation], Allocation]) -> dict[str, int]:
-        """Fetch the chosen records (checked), then allocate, write and commit up to the deepest end whose
-        records all arrived; tokens loaded per tier (blocks count for the tier of their block record)."""
+             run_plan: Callable[[Allocation], Allocation],
+             compute: Callable[[Allocation], None]) -> dict[str, int]:
+        """Fetch the chosen records (checked), then allocate, load (one plan) and commit up to the deepest end
+        whose records all arrived; tokens loaded per tier (blocks count for the tier of their block record).
+        When the load plan fails, `compute(alloc)` computes and commits the allocation instead (nothing
+        counts as loaded)."""
         out = dict.fromkeys(self.cost.tiers, 0)
         chosen = plan.candidates[:plan.decision.chosen]
         if not chosen:
@@ -188,16 +198,22 @@ class TierLink:
         if end == start:
             return out
         alloc = run_plan(manager.allocate(rid, end - start))
-        writes = []
+        rows, buffers, loaded = [], {}, dict.fromkeys(self.cost.tiers, 0)
         for w in wanted:
             found = got[(w.kind, w.hi)]
             if found is None or w.hi > end or (w.kind == span_io.POINT and w.hi not in plan.retained | {end}):
                 continue
             tier, payload, seconds = found
-            writes.append(span_io.Load(kind=w.kind, lo=self._lo(w), hi=w.hi, payload=payload, last=w.hi == end))
+            rows += span_io.load_rows(self.layout, self.pools, w.kind, alloc, self._lo(w), w.hi, w.name,
+                                      last=w.hi == end)
+            buffers[w.name] = span_io.buffer_of(payload)
             self.cost.tiers[tier].observe(len(payload), seconds)
-            out[tier] += self.block if w.kind == span_io.BLOCK else 0
-        span_io.load_all(executor, self.layout, self.pools, alloc, writes, self.cache.loader)
+            loaded[tier] += self.block if w.kind == span_io.BLOCK else 0
+        if not span_io.run_load(manager, executor, rid, rows, buffers).ok:
+            self.cache.counts["load_failed"] += 1
+            compute(alloc)  # the same pages, computed: a failed copy costs a recompute, never a wrong row
+            return out
+        out.update(loaded)
         manager.commit(rid, end - start)
         for w in wanted:  # what came from the remote store is kept locally too
             found = got[(w.kind, w.hi)]
@@ -236,9 +252,16 @@ class TierLink:
             if self.cache.where(want.name) is not None:
                 self.cache.touch([want.name])
                 continue
+            rows = span_io.store_rows(self.layout, self.pools, kind, alloc, self._lo(want), hi, want.name)
             self.cache.store(kind, keys[0], want.lo, want.hi, want.nbytes, functools.partial(
-                span_io.export, executor, self.layout, self.pools, kind, alloc, self._lo(want), hi))
+                _store_into, manager, executor, rid, rows, want.name))
         self.cache.counts["store_us"] += int((time.perf_counter() - began) * 1e6)
+
+
+def _store_into(manager: CacheManager, executor: Executor, rid: int, rows: list[RecordRows], name: str,
+                out: NDArray[np.uint8]) -> None:
+    """Fill a record's host extent `out` from the pools by a store plan."""
+    span_io.run_store(manager, executor, rid, rows, {name: out})
 
 
 @attrs.define

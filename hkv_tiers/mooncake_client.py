@@ -11,7 +11,11 @@ client logs errors only (MC_LOG_LEVEL=ERROR, unless set).
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 from hkv_core.errors import MissingDependency, TierError
@@ -32,6 +36,39 @@ def listening(host: str, port: int, timeout_s: float = 0.2) -> bool:
     except OSError:
         return False
     return True
+
+
+def remote_binary(name: str, action: str) -> Path:
+    """An executable of the remote extra (`mooncake_master`, `mooncake_client`): beside the Python interpreter,
+    else on PATH; MissingDependency without the extra."""
+    beside = Path(sys.executable).parent / name
+    found = beside if beside.exists() else shutil.which(name)
+    if found is None:
+        raise MissingDependency(package=f"mooncake-transfer-engine-non-cuda ({name})", extra="remote", action=action)
+    return Path(found)
+
+
+def spawn(argv: list[str], log_path: Path | None) -> subprocess.Popen[bytes]:
+    """Start a helper process, its output appended to `log_path` (or dropped), glog at warnings unless set."""
+    log = open(log_path, "ab") if log_path is not None else subprocess.DEVNULL  # noqa: SIM115
+    env = {**os.environ, LOG_LEVEL_ENV: os.environ.get(LOG_LEVEL_ENV, "1")}
+    try:
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+    finally:
+        if log is not subprocess.DEVNULL:
+            log.close()  # type: ignore[union-attr]
+
+
+def end_process(process: subprocess.Popen[bytes] | None) -> None:
+    """End a helper process (SIGTERM, then SIGKILL after 5 s) and reap it; nothing when it already ended."""
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def store_class() -> Any:

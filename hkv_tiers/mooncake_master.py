@@ -12,17 +12,14 @@ much of the store, started after the master and stopped before it, and `config` 
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from hkv_core.errors import MissingDependency, TierError
-from hkv_tiers.mooncake_client import LOG_LEVEL_ENV, listening
+from hkv_core.errors import TierError
+from hkv_tiers.mooncake_client import end_process, listening, remote_binary, spawn
 from hkv_tiers.mooncake_store import MooncakeStoreProcess
 from hkv_tiers.remote_config import RemoteTierConfig
 
@@ -33,12 +30,7 @@ START_TIMEOUT_S = 20.0
 
 def master_binary() -> Path:
     """The `mooncake_master` executable; MissingDependency without the remote extra."""
-    beside = Path(sys.executable).parent / BINARY
-    found = beside if beside.exists() else shutil.which(BINARY)
-    if found is None:
-        raise MissingDependency(package="mooncake-transfer-engine-non-cuda (mooncake_master)", extra="remote",
-                                action="a local Mooncake master")
-    return Path(found)
+    return remote_binary(BINARY, "a local Mooncake master")
 
 
 def free_port() -> int:
@@ -85,13 +77,7 @@ class MooncakeMaster:
         argv = [str(self.binary), f"--rpc_address={HOST}", f"--rpc_port={self.rpc_port}",
                 "--enable_http_metadata_server=true", f"--http_metadata_server_host={HOST}",
                 f"--http_metadata_server_port={self.http_port}", f"--metrics_port={self.metrics_port}"]
-        log = open(self.log_path, "ab") if self.log_path is not None else subprocess.DEVNULL  # noqa: SIM115
-        env = {**os.environ, LOG_LEVEL_ENV: os.environ.get(LOG_LEVEL_ENV, "1")}
-        try:
-            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
-        finally:
-            if log is not subprocess.DEVNULL:
-                log.close()  # type: ignore[union-attr]
+        self.process = spawn(argv, self.log_path)
         deadline = time.monotonic() + START_TIMEOUT_S
         while not (listening(HOST, self.rpc_port) and listening(HOST, self.http_port)):
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -113,15 +99,7 @@ class MooncakeMaster:
         running."""
         if self.store is not None:
             self.store.stop()
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        end_process(self.process)
         self.process = None
 
     def __enter__(self) -> MooncakeMaster:

@@ -9,15 +9,12 @@ exits (docs/remote.md, "Records that outlive their publisher").  It listens on l
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-from hkv_core.errors import MissingDependency, TierError
-from hkv_tiers.mooncake_client import LOG_LEVEL_ENV, listening
+from hkv_core.errors import TierError
+from hkv_tiers.mooncake_client import end_process, listening, remote_binary, spawn
 
 HOST = "127.0.0.1"
 BINARY = "mooncake_client"  # the remote extra's standalone client (Mooncake 0.3.x: real_client_main)
@@ -27,12 +24,7 @@ MIN_STORE_BYTES = 16 << 20  # the smallest segment Mooncake mounts
 
 def store_binary() -> Path:
     """The `mooncake_client` executable; MissingDependency without the remote extra."""
-    beside = Path(sys.executable).parent / BINARY
-    found = beside if beside.exists() else shutil.which(BINARY)
-    if found is None:
-        raise MissingDependency(package="mooncake-transfer-engine-non-cuda (mooncake_client)", extra="remote",
-                                action="a Mooncake store process")
-    return Path(found)
+    return remote_binary(BINARY, "a Mooncake store process")
 
 
 class MooncakeStoreProcess:
@@ -60,13 +52,7 @@ class MooncakeStoreProcess:
         argv = [str(self.binary), f"--master_server_address={self.master}", f"--metadata_server={self.metadata}",
                 f"--host={HOST}", f"--port={self.port}", f"--global_segment_size={self.store_bytes}",
                 "--protocol=tcp"]
-        log = open(self.log_path, "ab") if self.log_path is not None else subprocess.DEVNULL  # noqa: SIM115
-        env = {**os.environ, LOG_LEVEL_ENV: os.environ.get(LOG_LEVEL_ENV, "1")}
-        try:
-            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
-        finally:
-            if log is not subprocess.DEVNULL:
-                log.close()  # type: ignore[union-attr]
+        self.process = spawn(argv, self.log_path)
         deadline = time.monotonic() + START_TIMEOUT_S
         while not listening(HOST, self.port):
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -79,13 +65,5 @@ class MooncakeStoreProcess:
 
     def stop(self) -> None:
         """End it (SIGTERM, then SIGKILL after 5 s): the records it holds are gone."""
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        end_process(self.process)
         self.process = None

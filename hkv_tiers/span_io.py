@@ -13,7 +13,8 @@ object the hit rule needs at P, each kind of every group: a tier never serves a
 resume point with a part missing.  A payload is, per pool in layout order, its
 rows as (layers, n, *entry_shape) in the pool's dtype - page order, so the
 executor moves each contiguous run of a page with one strided copy
-(`export_rows` / `import_rows`); its length alone is checked against the layout
+(the StoreRecord / LoadRecord ops of a plan the manager issues: `store_rows`,
+`load_rows`, `run_store`, `run_load`); its length alone is checked against the layout
 before a byte is used.  `read` / `write` / `decode` hand arrays out as
 (n, layers, *entry_shape) views for tests and tools.
 """
@@ -23,10 +24,8 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
-import attrs
 import numpy as np
 from numpy.typing import NDArray
 
@@ -34,7 +33,8 @@ from hkv_core import units
 from hkv_core.executor import Executor, Run
 from hkv_core.executor_tally import NUMPY_DTYPES
 from hkv_core.layout import EntryKind, Layout, PoolSpec
-from hkv_core.manager import Allocation
+from hkv_core.manager import Allocation, CacheManager
+from hkv_core.plan import Completion, RecordRows
 
 Arrays = dict[str, NDArray[Any]]  # pool name -> (n, layers, *entry_shape)
 BLOCK, POINT = "block_entries", "resume_point"  # the two record kinds (the record header's `kind`)
@@ -110,72 +110,85 @@ def _runs(spec: PoolSpec, table: NDArray[np.int32], first: int, stop: int) -> li
     return out
 
 
-def export(executor: Executor, layout: Layout, pools: tuple[PoolSpec, ...], kind: str, alloc: Allocation, lo: int,
-           hi: int, out: NDArray[np.uint8]) -> None:
-    """A record's payload copied from the pools into `out` (payload_bytes long), right after a step ended at
-    `hi` (the working tails hold P = hi, and the pages of the window at hi are live)."""
-    for spec, first, view in _views(layout, pools, kind, out, lo, hi):
+def store_rows(layout: Layout, pools: tuple[PoolSpec, ...], kind: str, alloc: Allocation, lo: int, hi: int,
+               record: str) -> list[RecordRows]:
+    """Where a record's payload comes from, right after a step ended at `hi` (the working tails hold P = hi,
+    and the pages of the window at hi are live): per pool, its row runs and their place in the payload - what
+    `CacheManager.plan_store` turns into a plan."""
+    out = []
+    for spec, first, at, _, _, shape in _pieces(layout, pools, kind, lo, hi)[0]:
+        if not shape[1]:
+            continue
         if spec.entry_kind is EntryKind.TAIL_ROW:
-            runs = [(alloc.tail_pages[spec.name], 0, view.shape[1])]
+            runs = [(alloc.tail_pages[spec.name], 0, shape[1])]
         else:
-            runs = _runs(spec, alloc.block_tables[spec.name], first, first + view.shape[1])
-        executor.export_rows(spec.name, runs, view)
+            runs = _runs(spec, alloc.block_tables[spec.name], first, first + shape[1])
+        out.append(RecordRows(pool=spec.name, runs=runs, record=record, offset=at))
+    return out
 
 
-def load(executor: Executor, layout: Layout, pools: tuple[PoolSpec, ...], kind: str, alloc: Allocation, lo: int,
-         hi: int, payload: Any, last: bool) -> None:
-    """Write a loaded record into the allocation's new rows (through its block tables, where its slots are):
-    entries and window rows at positions the allocation covers (rows before it are the device hit's, equal by
-    their keys), tail rows into the snapshot
-    pages of a retained boundary at `hi` and, for the `last` point, into the working tail pages."""
-    start = alloc.start_tokens
-    for spec, first, view in _views(layout, pools, kind, payload, lo, hi):
+def load_rows(layout: Layout, pools: tuple[PoolSpec, ...], kind: str, alloc: Allocation, lo: int, hi: int,
+              record: str, last: bool) -> list[RecordRows]:
+    """Where a loaded record's payload goes in the allocation's new rows (through its block tables): entries
+    and window rows at positions the allocation covers (rows before it are the device hit's, equal by their
+    keys), tail rows into the snapshot pages of a retained boundary at `hi` and, for the `last` point, into the
+    working tail pages - what `CacheManager.plan_load` turns into a plan."""
+    start, out = alloc.start_tokens, []
+    for spec, first, at, _, _, shape in _pieces(layout, pools, kind, lo, hi)[0]:
+        n = shape[1]
+        if not n:
+            continue
         if spec.entry_kind is EntryKind.TAIL_ROW:
             pages = [alloc.snapshots[hi][spec.name]] if spec.name in alloc.snapshots.get(hi, {}) else []
-            for page in pages + ([alloc.tail_pages[spec.name]] if last else []):
-                executor.import_rows(spec.name, [(page, 0, view.shape[1])], view)
+            out += [RecordRows(pool=spec.name, runs=[(page, 0, n)], record=record, offset=at)
+                    for page in pages + ([alloc.tail_pages[spec.name]] if last else [])]
             continue
         base = start if spec.entry_kind is EntryKind.WINDOW_ROW else start // spec.compress_ratio
         skip = max(0, base - first)  # window rows before the allocation
-        runs = _runs(spec, alloc.block_tables[spec.name], first + skip, first + view.shape[1])
-        executor.import_rows(spec.name, runs, view[:, skip:])
+        if skip < n:
+            runs = _runs(spec, alloc.block_tables[spec.name], first + skip, first + n)
+            out.append(RecordRows(pool=spec.name, runs=runs, record=record, offset=at, first_row=skip))
+    return out
 
 
-@attrs.frozen(kw_only=True)
-class Load:
-    """One fetched record to write into an allocation (see `load`)."""
-
-    kind: str
-    lo: int
-    hi: int
-    payload: Any = attrs.field(eq=False, repr=False)
-    last: bool
+def buffer_of(payload: Any) -> NDArray[np.uint8]:
+    """A payload (bytes, memoryview, uint8 array) as the 1-d uint8 array a record op names."""
+    flat = payload if isinstance(payload, np.ndarray) else np.frombuffer(payload, np.uint8)
+    return flat.reshape(-1).view(np.uint8)
 
 
-def load_all(executor: Executor, layout: Layout, pools: tuple[PoolSpec, ...], alloc: Allocation,
-             loads: Sequence[Load], workers: ThreadPoolExecutor | None = None) -> None:
-    """`load` every record, on `workers` when given (records write disjoint rows - windows of nearby points
-    overlap only with equal bytes - and numpy copies run without the GIL), waiting for all; the first error
-    is raised after every write has ended."""
-    if workers is None or len(loads) < 2:
-        for r in loads:
-            load(executor, layout, pools, r.kind, alloc, r.lo, r.hi, r.payload, r.last)
-        return
-    jobs = [workers.submit(load, executor, layout, pools, r.kind, alloc, r.lo, r.hi, r.payload, r.last)
-            for r in loads]
-    wait(jobs)
-    for job in jobs:
-        job.result()
+def run_store(manager: CacheManager, executor: Executor, rid: int, rows: Sequence[RecordRows],
+              buffers: dict[str, NDArray[np.uint8]]) -> None:
+    """Copy `rows` into `buffers` through a plan the manager issued (the one path from the pools to a tier)."""
+    if rows:
+        executor.run(manager.plan_store(rid, rows), records=buffers)
+
+
+def run_load(manager: CacheManager, executor: Executor, rid: int, rows: Sequence[RecordRows],
+             buffers: dict[str, NDArray[np.uint8]]) -> Completion:
+    """Copy `buffers` into `rows` through a plan the manager issued, settled by `complete` (a failed copy:
+    the targets are RESERVED again, unwritten, for the engine to compute); the completion."""
+    if not rows:
+        return Completion()
+    plan = manager.plan_load(rid, rows)
+    try:
+        done = executor.run(plan, records=buffers)
+    except BaseException as err:
+        manager.complete(plan.plan_id, Completion(ok=False, error=f"{type(err).__name__}: {err}"))
+        raise
+    manager.complete(plan.plan_id, done)
+    return done
 
 
 # ---------------------------------------------------------------- arrays (tests and tools)
 
 
-def read(executor: Executor, layout: Layout, pools: tuple[PoolSpec, ...], kind: str, alloc: Allocation, lo: int,
-         hi: int) -> Arrays:
-    """A record's arrays, (n, layers, *entry_shape) per pool (see `export`)."""
-    payload = np.empty(payload_bytes(layout, pools, kind, lo, hi), np.uint8)
-    export(executor, layout, pools, kind, alloc, lo, hi, payload)
+def read(manager: CacheManager, executor: Executor, rid: int, layout: Layout, pools: tuple[PoolSpec, ...], kind: str,
+         alloc: Allocation, lo: int, hi: int) -> Arrays:
+    """A record's arrays, (n, layers, *entry_shape) per pool, copied out of request `rid`'s pages by a store
+    plan (see `store_rows`)."""
+    payload = np.zeros(payload_bytes(layout, pools, kind, lo, hi), np.uint8)
+    run_store(manager, executor, rid, store_rows(layout, pools, kind, alloc, lo, hi, "r"), {"r": payload})
     return decode(layout, pools, kind, payload, lo, hi)
 
 
@@ -191,7 +204,8 @@ def encode(pools: tuple[PoolSpec, ...], kind: str, arrays: Arrays) -> bytes:
                     for spec in pools_of(pools, kind))
 
 
-def write(executor: Executor, layout: Layout, pools: tuple[PoolSpec, ...], kind: str, alloc: Allocation, lo: int,
-          hi: int, arrays: Arrays, last: bool) -> None:
-    """`load` of the payload `arrays` encode to."""
-    load(executor, layout, pools, kind, alloc, lo, hi, encode(pools, kind, arrays), last)
+def write(manager: CacheManager, executor: Executor, rid: int, layout: Layout, pools: tuple[PoolSpec, ...],
+          kind: str, alloc: Allocation, lo: int, hi: int, arrays: Arrays, last: bool) -> Completion:
+    """Load the payload `arrays` encode to into request `rid`'s allocation by a load plan (see `load_rows`)."""
+    rows = load_rows(layout, pools, kind, alloc, lo, hi, "r", last)
+    return run_load(manager, executor, rid, rows, {"r": buffer_of(encode(pools, kind, arrays))})

@@ -5,8 +5,10 @@ few prompts sharing a prefix, match + acquire, acquire a hit that went stale,
 allocate a chunk or the rest of the prompt, allocate `ahead_tokens` positions
 ahead of the known tokens, append the tokens that make them known (commit
 past the known tokens is tried and must be refused), complete its copy plan
-(or report it failed), commit, propose a speculative step then accept some of its drafts
-or reject it, release, evict) up to `max_depth` calls, on a tiny layout
+(or report it failed), load tier records into the pages a request reserved (a
+plan settled by `complete`, or reported failed: the pages are then RESERVED for
+the request to compute), commit, propose a speculative step then accept some of
+its drafts or reject it, release, evict) up to `max_depth` calls, on a tiny layout
 with small pools, starting from a manager whose index already holds the
 `seeded` prompts (computed and released), so that paths that need a populated
 index - a request re-recording a kept point and losing it to eviction (window
@@ -37,7 +39,7 @@ from hkv_core.layout import Layout
 from hkv_core.manager import CacheManager, ManagerConfig, check_invariants
 from hkv_core.manager.core import Core
 from hkv_core.manager.roles import events_fired
-from hkv_core.plan import Completion
+from hkv_core.plan import Completion, RecordRows
 from hkv_core.spec.records import LifecycleSpec
 
 Action = Callable[[CacheManager], None]
@@ -113,6 +115,8 @@ def actions(config: ImplCheckConfig, m: CacheManager) -> Iterator[tuple[str, Act
             yield from _step_actions(req.rid, len(req.draft.tokens))
             continue
         yield from _request_actions(config, req.rid, req.acquired, req.allocated, req.computed, len(req.tokens))
+        if req.allocated > req.computed and not req.plans:
+            yield f"tier_load(r{req.rid})", functools.partial(_tier_load, rid=req.rid)
         if req.acquired and req.allocated == req.computed:
             for k in config.draft_tokens:
                 yield f"propose(r{req.rid}, {k})", functools.partial(_propose, rid=req.rid, k=k)
@@ -184,6 +188,22 @@ def _add(m: CacheManager, tokens: np.ndarray) -> None:
 
 def _allocate(m: CacheManager, rid: int, n: int) -> None:
     m.allocate(rid, n)
+
+
+def _tier_load(m: CacheManager, rid: int) -> None:
+    """A tier load into every page the request reserved and has not committed (plan_load: FILLING until its
+    plan completes - the `complete` calls then settle it, or report it failed)."""
+    core = m.core
+    o, req = core.objects, core.requests.by_rid[rid]
+    rows = []
+    for pool in core.pools:
+        objs = pool.slot_object[1:]
+        pages = np.flatnonzero((objs != 0) & (o.owner[objs] == req.slot) & o.reserved[o.code[objs]]
+                               & (req.computed < o.full_token[objs])) + 1
+        per_page = pool.spec.entries_per_page
+        rows += [RecordRows(pool=pool.spec.members[0].name, runs=[(int(p), 0, per_page)], record=f"r{int(p)}")
+                 for p in pages]
+    m.plan_load(rid, rows)
 
 
 def _complete(m: CacheManager, plan_id: int, ok: bool) -> None:

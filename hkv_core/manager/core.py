@@ -45,6 +45,7 @@ class PlanRecord:
 
     request_id: int
     fills: Index  # the objects the copies write
+    load: bool = False  # a tier load (record_plans.py): a failed one leaves rows the engine recomputes
 
 
 class Core:

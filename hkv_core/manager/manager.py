@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import ParamSpec, TypeVar
 
 import numpy as np
@@ -49,6 +49,7 @@ from hkv_core.manager import (
     evict,
     interrupts,
     match,
+    record_plans,
     release,
     retention,
     views,
@@ -61,7 +62,7 @@ from hkv_core.manager.lanes import managed_pools
 from hkv_core.manager.page_pools import NO_OWNER
 from hkv_core.manager.records import Allocation, Hit
 from hkv_core.manager.requests import DraftState, RequestState
-from hkv_core.plan import Completion, Plan
+from hkv_core.plan import Completion, Plan, RecordRows
 from hkv_core.spec.names import Event
 from hkv_core.units import as_count
 
@@ -318,7 +319,8 @@ class CacheManager:
         actor = owner.slot if owner is not None else NO_OWNER
         for check in plan.checks():
             pool = self.core.member.get(check.pool)
-            ok, found, state = (self.core.objects.check_page(pool.index, check.page, check.version, actor) if pool
+            ok, found, state = (self.core.objects.check_page(pool.index, check.page, check.version, actor,
+                                                                         check.writes) if pool
                                 else (False, -1, "NO_POOL"))
             if not ok:
                 raise StaleLease(pool=check.pool, page=check.page, expected_version=check.version,
@@ -344,8 +346,25 @@ class CacheManager:
         req = self.core.requests.by_rid.get(record.request_id)
         if req is not None:
             req.plans.discard(plan_id)
-            if not completion.ok:
+            if not completion.ok and not record.load:  # a failed load's rows lie in the allocation: recomputed
                 req.failed_plan = plan_id
+
+    @_locked
+    def plan_store(self, rid: int, rows: Sequence[RecordRows]) -> Plan:
+        """A plan copying `rows` (row runs of pages request `rid` may read) into tier records' host bytes; run it
+        with `executor.run(plan, records={name: buffer})`.  It moves no object (record_plans.py)."""
+        req = self._request(rid, "plan_store")
+        return record_plans.issue_store(self.core, req, rows)
+
+    @_locked
+    def plan_load(self, rid: int, rows: Sequence[RecordRows]) -> Plan:
+        """A plan copying tier records' host bytes into `rows` (row runs of pages request `rid` reserved and has
+        not committed); its targets are FILLING until `complete(plan.plan_id, completion)`, and a failed load
+        leaves them RESERVED for the engine to compute (record_plans.py).  InvalidArgument, nothing changed, for
+        a page it may not write; InvalidRequestState during a speculative step."""
+        req = self._request(rid, "plan_load")
+        self._no_draft(req, "plan_load")
+        return record_plans.issue_load(self.core, req, rows)
 
     @_locked
     def take_events(self) -> list[KVEvent]:

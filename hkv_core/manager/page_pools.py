@@ -141,6 +141,7 @@ class PagePools:
         self.published = self.codes_in(State.PUBLISHED)
         self.retired = self.codes_in(State.RETIRED)
         self.reserved = self.codes_in(State.RESERVED)
+        self.filling = self.codes_in(State.FILLING)
         self.ahead = self.codes_in(State.AHEAD)
 
     def codes_in(self, *states: str) -> NDArray[np.bool_]:
@@ -360,14 +361,19 @@ class PagePools:
         found: NDArray[np.bool_] = self.stamp[objs] == self.stamp_clock
         return found
 
-    def check_page(self, pool: int, page: int, version: int, actor: int = NO_OWNER) -> tuple[bool, int, str]:
+    def check_page(self, pool: int, page: int, version: int, actor: int = NO_OWNER,
+                   writes: bool = False) -> tuple[bool, int, str]:
         """Is `page` of `pool` still the placement of an object at `version` that may be read (shared, or a
-        RESERVED object `actor` owns: a request's plans may read its own working pages)?"""
+        RESERVED object `actor` owns: a request's plans may read its own working pages) - or, with `writes`,
+        the FILLING target of `actor`'s load?"""
         slots = self.pools[pool].slot_object
         obj = int(slots[page]) if 0 <= page < len(slots) else NULL_OBJECT
         if obj == NULL_OBJECT:
             return False, -1, State.FREE.value
         found, code = int(self.version[obj]), int(self.code[obj])
+        if writes:
+            return found == version and self.owner[obj] == actor and bool(self.filling[code]), found, \
+                self.codes.describe(code)[1]
         readable = bool(self.published[code] or self.retired[code]
                         or (actor != NO_OWNER and self.owner[obj] == actor and self.reserved[code]))
         return found == version and readable, found, self.codes.describe(code)[1]

@@ -166,9 +166,11 @@ class Engine:
         try:
             hit = self.manager.match(rid)
             self.manager.acquire(rid, hit)
-            by_tier, decision = self._from_tiers(rid, hit.tokens, len(prompt))
+            by_tier, decision, recomputed = self._from_tiers(rid, hit.tokens, prompt)
             cached = sum(by_tier.values())
-            prompt_logits = self._prefill(rid, prompt, cached, chunk_tokens or len(prompt))
+            computed = self.manager.request_tokens(rid)[0]  # past `cached` when a failed load was recomputed
+            prompt_logits = np.concatenate([*recomputed, self._prefill(rid, prompt, computed,
+                                                                       chunk_tokens or len(prompt))])
             tokens, logits, proposed, accepted = self._decode(rid, prompt_logits[-1], max_new_tokens, proposer)
             if self.tiers is not None:
                 self.tiers.touch_request(self.manager, rid)
@@ -254,15 +256,22 @@ class Engine:
                                              f"run {needed} tokens through the model, past {name} of {limit}")
 
     def _from_tiers(self, rid: int, device_tokens: int,
-                    prompt_tokens: int) -> tuple[dict[str, int], LoadDecision | None]:
-        """Tokens served per tier (the device hit, then what the tiers load) and the tiers' decision."""
+                    prompt: I64) -> tuple[dict[str, int], LoadDecision | None, list[F32]]:
+        """Tokens served per tier (the device hit, then what the tiers load), the tiers' decision, and the
+        logits of an allocation computed because its load plan failed (none otherwise)."""
         by_tier = {**dict.fromkeys(TIER_NAMES, 0), "device": device_tokens}
         if self.tiers is None:
-            return by_tier, None
-        plan = self.tiers.plan(self.manager, rid, device_tokens, prompt_tokens)
+            return by_tier, None, []
+        plan = self.tiers.plan(self.manager, rid, device_tokens, len(prompt))
+        recomputed: list[F32] = []
+
+        def compute(alloc: Allocation) -> None:
+            start = alloc.start_tokens
+            recomputed.append(self._compute(rid, alloc, prompt[start:start + alloc.num_tokens]))
+
         if plan.decision.loaded_tokens:
-            by_tier.update(self.tiers.load(self.manager, self.executor, rid, plan, self._run_plan))
-        return by_tier, plan.decision
+            by_tier.update(self.tiers.load(self.manager, self.executor, rid, plan, self._run_plan, compute))
+        return by_tier, plan.decision, recomputed
 
     def _prefill(self, rid: int, prompt: I64, hit_tokens: int, chunk_tokens: int) -> F32:
         outs = []
@@ -319,14 +328,16 @@ class Engine:
 
     def _chunk(self, rid: int, tokens: I64) -> F32:
         """allocate -> copies -> forward in sub-chunks (state from the pools each time) -> commit."""
-        n = len(tokens)
-        alloc = self._run_plan(self.manager.allocate(rid, n))
+        return self._compute(rid, self._run_plan(self.manager.allocate(rid, len(tokens))), tokens)
+
+    def _compute(self, rid: int, alloc: Allocation, tokens: I64) -> F32:
+        """Forward `tokens` into `alloc` (its sub-chunks, state from the pools each time), then commit them."""
         if alloc.start_tokens == 0:
             self._write_initial(alloc)
         outs = []
         for lo, hi in self._steps(alloc):
             outs.append(self._step(alloc, tokens[lo - alloc.start_tokens:hi - alloc.start_tokens], lo))
-        self.manager.commit(rid, n)
+        self.manager.commit(rid, len(tokens))
         return np.concatenate(outs)
 
     def _steps(self, alloc: Allocation) -> list[tuple[int, int]]:

@@ -28,15 +28,17 @@ from hkv_core.spec.names import Event
 SMALL = ImplCheckConfig(max_depth=5)
 
 
-# On tiny_csa a compressed-KV page holds exactly one block, so no hit ends inside one: no copy-on-write or seal
-# of compressed KV is possible there (the scenarios and the state machine cover them on layouts that have them).
-UNREACHABLE_ON_TINY_CSA = {"compressed_kv.copy_done", "compressed_kv.copy_fail", "compressed_kv.fill",
-                           "compressed_kv.publish", "compressed_kv.seal"}
+# On tiny_csa a compressed-KV page holds exactly one block, so no hit ends inside one: no seal or partial
+# publish of compressed KV is possible there (the scenarios and the state machine cover them on layouts that
+# have them).  Its fill and copy steps are reached by tier loads.
+UNREACHABLE_ON_TINY_CSA = {"compressed_kv.publish", "compressed_kv.seal"}
+TIER_LOAD_STEPS = {f"{kind}.{event}" for kind in ("compressed_kv", "compressor_tail", "swa_window", "indexer_state")
+                   for event in ("fill", "copy_done", "copy_fail")}
 MUST_REACH = {"swa_window.retire", "swa_window.reclaim", "indexer_state.seal", "indexer_state.publish",
               "compressor_tail.copy_done", "compressor_tail.copy_fail", "resume_point.keep", "resume_point.drop",
               "block.index", "block.attach", "block.drop", "swa_window.evict", "compressed_kv.evict",
               *(f"{kind}.{event}" for kind in ("compressed_kv", "compressor_tail", "swa_window", "indexer_state")
-                for event in ("reserve_draft", "accept", "reject"))}
+                for event in ("reserve_draft", "accept", "reject")), *TIER_LOAD_STEPS}
 
 
 def test_default_bound_explores_10000_states_cleanly_and_reaches_every_reachable_step() -> None:
@@ -212,3 +214,29 @@ def test_append_that_never_verifies_is_caught(monkeypatch: pytest.MonkeyPatch) -
     found = dict(check_implementation(attrs.evolve(SMALL, stop_on_violation=True)).violations)
     assert "ahead_never_published" in found, sorted(found)
     assert any(step.startswith("append(") for step in found["ahead_never_published"])
+
+
+def test_a_tier_load_that_does_not_pin_its_targets_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Broken variant: plan_load issues its plan without firing `fill`, so the pages a copy is still writing
+    stay RESERVED (commit could publish them before the copy completed)."""
+    from hkv_core.manager import record_plans
+
+    real = PagePools.step
+
+    def no_fill(self: PagePools, objs: NDArray[np.intp], event: Event, *args: Any, **kwargs: Any) -> None:
+        if event is not Event.FILL or not getattr(no_fill, "loading", False):
+            real(self, objs, event, *args, **kwargs)
+
+    real_issue = record_plans.issue_load
+
+    def issue_without_fill(*args: Any, **kwargs: Any) -> Any:
+        no_fill.loading = True  # type: ignore[attr-defined]
+        try:
+            return real_issue(*args, **kwargs)
+        finally:
+            no_fill.loading = False  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(PagePools, "step", no_fill)
+    monkeypatch.setattr(record_plans, "issue_load", issue_without_fill)
+    found = dict(check_implementation(attrs.evolve(SMALL, max_depth=4, stop_on_violation=True)).violations)
+    assert "copy_endpoints_pinned" in found and any("tier_load" in step for step in found["copy_endpoints_pinned"])

@@ -4,9 +4,11 @@
 evictions, copy plans in flight, speculative steps) with both executors bound to
 its manager.  Every allocation's new slots and working / snapshot tail pages get
 the same random entries on both; every plan that completes runs on both (equal
-Completions); a rule also checksums, stores, overwrites and reloads the pages of a
-live request through hand-built plans.  After every step every pool's bytes must
-be equal on both executors - exact, for copies, fills, stores and loads alike.
+Completions); a rule also stores rows of a live request's pages into a tier record
+and loads other bytes into its reserved pages, through plans the manager issues
+and `complete` settles (a tier's only path).  After every step every pool's bytes,
+and every record's, must be equal on both executors - exact, for copies, fills,
+stores and loads alike.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, precondition, rule
 
-from hkv_core.errors import StaleLease
+from hkv_core.errors import IllegalTransition, InvalidArgument, StaleLease
 from hkv_core.manager import Allocation
-from hkv_core.plan import Checksum, FillPages, LoadRecord, Plan, StoreRecord
+from hkv_core.plan import Checksum, Completion, FillPages, Plan, RecordRows
 from hkv_core.testing.manager_machine import ManagerMachine, make_manager_machine
 from hkv_exec_cuda import Backend, CudaExecutor
 from hkv_exec_ref import RefExecutor
@@ -51,6 +53,7 @@ class LockstepMachine(ManagerMachine):
         self.other.bind(bindings, self.manager)
         self.rng = np.random.default_rng(0)
         self.round_trips = 0
+        self.loads = 0
 
     def _write_both(self, pool: str, slots: np.ndarray) -> None:
         if slots.size == 0:
@@ -77,31 +80,57 @@ class LockstepMachine(ManagerMachine):
         super()._complete(plan_id, ok)
 
     @precondition(lambda self: bool(self.model))
-    @rule(data=st.data(), fill=st.integers(0, 255))
-    def store_fill_reload(self, data: st.DataObject, fill: int) -> None:
-        """Checksum a live request's pages, store them, overwrite them, load them back: the same on both."""
+    @rule(data=st.data())
+    def store_and_load_through_plans(self, data: st.DataObject) -> None:
+        """A tier's path: store rows of a live request's pages into a record by a plan the manager issues (the
+        record's bytes equal on both executors), then, where the request has reserved pages it has not
+        committed, load other bytes into them by a manager-issued load plan, settled by `complete` (the
+        executors' completions equal; sometimes reported failed, as a failing copy would be)."""
         rid = data.draw(st.sampled_from(sorted(self.model)))
         owned = {pool: pages for pool, pages in self.manager.owned(rid).items() if pages}
         if not owned:
             return
         pool = data.draw(st.sampled_from(sorted(owned)))
         pages = owned[pool][: data.draw(st.integers(1, 3))]
-        versions = [int(v) for v in self.manager.pages(pool, pages).versions]
+        per_page = self.entries_per_page[pool]
+        first = data.draw(st.integers(0, per_page - 1))
+        self._fill_and_checksum(rid, pool, pages, data.draw(st.integers(0, 255)))
         record = f"r{self.round_trips}"
-        ops = (Checksum(pool=pool, pages=pages, versions=versions),
-               StoreRecord(pool=pool, pages=pages, versions=versions, record=record),
-               FillPages(pool=pool, pages=pages, versions=versions, value=fill),
-               Checksum(pool=pool, pages=pages, versions=versions),
-               LoadRecord(pool=pool, pages=pages, versions=versions, record=record))
-        plan = Plan(ops=ops, request_id=rid)
-        outcomes = []
+        rows = [RecordRows(pool=pool, runs=[(page, first, per_page) for page in pages], record=record)]
+        nbytes = len(pages) * (per_page - first) * self.ref.pools[pool][0, :, 0].nbytes
+        try:
+            store = self.manager.plan_store(rid, rows)
+        except InvalidArgument:
+            return  # a page it may not read now (a copy still fills it)
+        buffers = [{record: np.zeros(nbytes, np.uint8)} for _ in range(2)]
+        got = [executor.run(store, records=b) for executor, b in zip((self.ref, self.other), buffers, strict=True)]
+        assert got[0] == got[1], f"completions differ: {store.describe()}: {got}"
+        assert np.array_equal(buffers[0][record], buffers[1][record]), f"tier bytes differ: {store.describe()}"
+        self.round_trips += 1
+        try:
+            load = self.manager.plan_load(rid, rows)
+        except (InvalidArgument, IllegalTransition):
+            return  # nothing reserved and uncommitted there
+        source = self.rng.integers(0, 256, nbytes, dtype=np.uint8)
+        got = [executor.run(load, records={record: source.copy()}) for executor in (self.ref, self.other)]
+        assert got[0] == got[1], f"completions differ: {load.describe()}: {got}"
+        failed = data.draw(st.booleans())
+        self.manager.complete(load.plan_id, Completion(ok=False, error="injected") if failed else got[0])
+        self.loads += 1
+
+    def _fill_and_checksum(self, rid: int, pool: str, pages: list[int], fill: int) -> None:
+        """A hand-built plan over the pages: checksum, fill, checksum (the same outcome on both, stale or not)."""
+        versions = [int(v) for v in self.manager.pages(pool, pages).versions]
+        plan = Plan(ops=(Checksum(pool=pool, pages=pages, versions=versions),
+                         FillPages(pool=pool, pages=pages, versions=versions, value=fill),
+                         Checksum(pool=pool, pages=pages, versions=versions)), request_id=rid)
+        outcomes: list[Any] = []
         for executor in (self.ref, self.other):
             try:
                 outcomes.append(executor.run(plan))
             except StaleLease as err:
                 outcomes.append(("stale", err.fields))
         assert outcomes[0] == outcomes[1], f"completions differ: {plan.describe()}: {outcomes}"
-        self.round_trips += 1
 
     @invariant()
     def pools_agree(self) -> None:

@@ -14,6 +14,7 @@ import pytest
 from backends import BACKENDS
 
 from hkv_core.errors import GraphAddressChanged, HkvError
+from hkv_core.executor import TrustingAuthority
 from hkv_core.plan import FillPages, LoadRecord, Plan, StoreRecord
 from hkv_exec_cuda import CudaExecutor
 from hkv_exec_ref import Engine
@@ -52,19 +53,33 @@ def same(a: list[np.ndarray], b: list[np.ndarray], exact: bool) -> bool:
     return all(np.allclose(x, y, rtol=1e-5, atol=1e-6) for x, y in zip(a, b, strict=True))
 
 
+RECORDS: dict[int, dict[str, np.ndarray]] = {}  # per engine: the host bytes of its pages' records
+
+
 def round_trip(engine: Engine, rid: int, fill: int, *, reload: bool) -> None:
     """Evict: store every page the request reads to host records and scribble over them (the pages reused);
-    `reload`: load the records back instead."""
+    `reload`: load the records back instead.  The plan is built by hand (a page evicted and reloaded into the
+    same place is what the graph must survive, not a manager flow: the manager issues a load only into pages a
+    request reserved), so it runs under a trusting authority."""
     ops: list[Any] = []
+    records = RECORDS.setdefault(id(engine), {})
     for pool, pages in engine.manager.tables(rid).items():
         pages = sorted({p for p in pages if p})
         if not pages:
             continue
         versions = [int(v) for v in engine.manager.pages(pool, pages).versions]
-        args = {"pool": pool, "pages": pages, "versions": versions}
-        ops += ([LoadRecord(**args, record=pool)] if reload
-                else [StoreRecord(**args, record=pool), FillPages(**args, value=fill)])
-    engine.executor.run(Plan(ops=ops, request_id=rid))
+        array = engine.executor.pools[pool]
+        runs = [(page, 0, array.shape[2]) for page in pages]
+        records.setdefault(pool, np.zeros(len(pages) * array[0].nbytes, np.uint8))
+        record = {"pool": pool, "runs": runs, "versions": versions, "record": pool}
+        ops += ([LoadRecord(**record)] if reload
+                else [StoreRecord(**record), FillPages(pool=pool, pages=pages, versions=versions, value=fill)])
+    executor, authority = engine.executor, engine.executor._authority
+    executor._authority = TrustingAuthority()
+    try:
+        executor.run(Plan(ops=ops, request_id=rid), records=records)
+    finally:
+        executor._authority = authority
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # attention over the scribbled pages overflows

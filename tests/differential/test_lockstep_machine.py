@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import numpy as np
 import pytest
 from backends import gpu_backend
@@ -16,7 +17,7 @@ from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 from lockstep import LockstepMachine, make_lockstep_machine
 
-from hkv_core.plan import CopyPages, FillPages, LoadRecord
+from hkv_core.plan import CopyPages, FillPages, LoadRecord, StoreRecord
 from hkv_exec_cuda import executor as executor_module
 from hkv_exec_cuda import numpy_backend
 from hkv_exec_cuda.executor import CudaExecutor
@@ -56,18 +57,38 @@ def fill_the_wrong_byte(self: CudaExecutor, op: Any, keep: list[Any]) -> None:
     self.pools[op.pool].view(np.uint8)[self._index(op.pages)] = (op.value + 1) % 256
 
 
-def load_pages_reversed(self: CudaExecutor, op: Any, keep: list[Any]) -> None:
-    host = self.host[op.record][1]
-    self.pools[op.pool][self._index(op.pages[::-1])] = self.xp.asarray(host)
+RECORD_OP = CudaExecutor._record
+
+
+def load_runs_reversed(self: CudaExecutor, op: Any, records: Any) -> None:
+    """Loads write their runs in reverse order (stores are right)."""
+    if isinstance(op, LoadRecord) and len(op.runs) > 1:
+        op = attrs.evolve(op, runs=op.runs[::-1])
+    RECORD_OP(self, op, records)
+
+
+def store_one_row_short(self: CudaExecutor, op: Any, records: Any) -> None:
+    """Stores leave the last row of the record unwritten (loads are right)."""
+    if isinstance(op, StoreRecord):
+        page, first, stop = op.runs[-1]
+        runs = (*op.runs[:-1], (page, first, stop - 1)) if stop - first > 1 else op.runs[:-1]
+        if not runs:
+            return
+        op = attrs.evolve(op, runs=runs, versions=op.versions[:len(runs)])
+    RECORD_OP(self, op, records)
 
 
 @pytest.mark.parametrize("op, wrong, symptom", [
     (CopyPages, copy_one_entry_short, "pools differ"),
     (FillPages, fill_the_wrong_byte, "pools differ|completions differ"),
-    (LoadRecord, load_pages_reversed, "pools differ"),
-], ids=["copy", "fill", "load"])
+    (LoadRecord, load_runs_reversed, "pools differ"),
+    (StoreRecord, store_one_row_short, "tier bytes differ|completions differ"),
+], ids=["copy", "fill", "load", "store"])
 def test_lockstep_catches_a_broken_cuda_op(op: type, wrong: Any, symptom: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(executor_module._RUNNERS, op, wrong)
+    if op in (LoadRecord, StoreRecord):
+        monkeypatch.setattr(CudaExecutor, "_record", wrong)
+    else:
+        monkeypatch.setitem(executor_module._RUNNERS, op, wrong)
     with pytest.raises(AssertionError, match=symptom):
         run_state_machine_as_test(StandInEvery1, settings=settings(max_examples=200, stateful_step_count=STEPS,
                                                                    database=None, phases=[Phase.generate]))

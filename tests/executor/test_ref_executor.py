@@ -69,9 +69,14 @@ def sample_plan() -> Plan:
     return Plan(ops=(CopyPages(pool=WINDOW, src=1, dst=2, entries=3, src_version=0),
                      FillPages(pool=TAIL, pages=(3,), versions=(0,), value=0),
                      Checksum(pool=WINDOW, pages=(1, 2), versions=(0, 0)),
-                     StoreRecord(pool=WINDOW, pages=(1, 4), versions=(0, 0), record="r1"),
-                     LoadRecord(pool=WINDOW, pages=(5, 3), versions=(0, 0), record="r1")),
+                     StoreRecord(pool=WINDOW, runs=((1, 0, 8), (4, 0, 8)), versions=(0, 0), record="r1"),
+                     LoadRecord(pool=WINDOW, runs=((5, 0, 8), (3, 0, 8)), versions=(0, 0), record="r1")),
                 request_id=7, label="sample")
+
+
+def records() -> dict[str, np.ndarray]:
+    """The host buffer of sample_plan's record: two window pages (1 layer x 8 entries x 16 fp32 each)."""
+    return {"r1": np.zeros(2 * 8 * 16 * 4, np.uint8)}
 
 
 def test_ref_executor_satisfies_the_protocol() -> None:
@@ -90,14 +95,14 @@ def test_ref_executor_satisfies_the_protocol() -> None:
 def test_a_trusting_authority_runs_plans_built_by_hand() -> None:
     ex = RefExecutor()
     ex.bind([PoolBinding(spec=s, pages=6) for s in POOLS.values()], TrustingAuthority())
-    assert ex.run(sample_plan()).ops_run == 5
+    assert ex.run(sample_plan(), records=records()).ops_run == 5
     with pytest.raises(InvalidExecutorState, match="bind once"):
         ex.bind([PoolBinding(spec=s, pages=6) for s in POOLS.values()], TrustingAuthority())
 
 
 def test_run_before_bind_is_a_typed_error() -> None:
     with pytest.raises(InvalidExecutorState, match="bind"):
-        RefExecutor().run(sample_plan())
+        RefExecutor().run(sample_plan(), records=records())
 
 
 def test_pool_shapes_follow_the_pool_specs() -> None:
@@ -123,7 +128,7 @@ def test_plans_print_compare_and_round_trip_through_json() -> None:
 def test_every_op_does_what_it_says() -> None:
     ex, _ = bound()
     before = {name: array.copy() for name, array in ex.pools.items()}
-    done = ex.run(sample_plan())
+    done = ex.run(sample_plan(), records=records())
     w, b = ex.pools[WINDOW], before[WINDOW]
     assert np.array_equal(w[2, :, :3], b[1, :, :3]) and np.array_equal(w[2, :, 3:], b[2, :, 3:])
     assert not ex.pools[TAIL][3].any()
@@ -138,8 +143,8 @@ def test_every_op_does_what_it_says() -> None:
 def test_replaying_a_plan_on_two_executors_gives_the_same_bytes() -> None:
     (a, _), (b, _) = bound(), bound()
     plan = Plan.from_json(sample_plan().to_json())
-    a.run(sample_plan())
-    b.run(plan)
+    a.run(sample_plan(), records=records())
+    b.run(plan, records=records())
     assert all(np.array_equal(a.pools[n], b.pools[n]) for n in POOLS)
 
 
@@ -150,10 +155,10 @@ def test_a_moved_version_refuses_the_whole_plan(moved: int) -> None:
     versions[pool][page] += 1
     before = {name: array.copy() for name, array in ex.pools.items()}
     with pytest.raises(StaleLease) as err:
-        ex.run(sample_plan())
+        ex.run(sample_plan(), records=records())
     assert (err.value.pool, err.value.page, err.value.request_id) == (pool, page, 7)
     assert all(np.array_equal(ex.pools[n], before[n]) for n in POOLS), "nothing of the plan ran"
-    assert not ex.host and ex.tally.ops == 0
+    assert ex.tally.ops == 0
 
 
 def test_null_page_is_never_a_destination() -> None:
@@ -163,7 +168,7 @@ def test_null_page_is_never_a_destination() -> None:
     with pytest.raises(InvalidArgument):
         ex.write(WINDOW, [3], np.zeros((1, 1, 16), np.float32))
     with pytest.raises(InvalidArgument):
-        LoadRecord(pool=WINDOW, pages=(0,), versions=(0,), record="x")
+        LoadRecord(pool=WINDOW, runs=((0, 0, 1),), versions=(0,), record="x")
     ex.write(WINDOW, [8 * 2 + 5], np.full((1, 1, 16), 3.0, np.float32))
     assert np.all(ex.read(WINDOW, [2])[0, 0, 5] == 3.0)
 

@@ -35,14 +35,14 @@ def fill(executor: RefExecutor, manager: CacheManager, alloc: span_io.Allocation
         executor.write(spec.name, slots, values)
 
 
-def records(executor: RefExecutor, layout: Layout, pools: tuple[span_io.PoolSpec, ...],
+def records(manager: CacheManager, executor: RefExecutor, rid: int, layout: Layout, pools: tuple[span_io.PoolSpec, ...],
             alloc: span_io.Allocation, end: int) -> dict[tuple[str, int], span_io.Arrays]:
     """The block records of every block up to `end` and the point record at `end`."""
     b = layout.block_tokens
-    out = {(span_io.BLOCK, hi): span_io.read(executor, layout, pools, span_io.BLOCK, alloc, hi - b, hi)
+    out = {(span_io.BLOCK, hi): span_io.read(manager, executor, rid, layout, pools, span_io.BLOCK, alloc, hi - b, hi)
            for hi in range(b, end + 1, b)}
     lo = span_io.token_range(layout, span_io.POINT, end - b, end)[0]
-    out[(span_io.POINT, end)] = span_io.read(executor, layout, pools, span_io.POINT, alloc, lo, end)
+    out[(span_io.POINT, end)] = span_io.read(manager, executor, rid, layout, pools, span_io.POINT, alloc, lo, end)
     return out
 
 
@@ -67,7 +67,7 @@ def test_records_round_trip_through_every_tier_bit_exact(tmp_path: Path, preset:
     manager.acquire(first, manager.match(first))
     alloc = manager.allocate(first, end)
     fill(executor, manager, alloc, seed=len(preset))
-    stored = records(executor, layout, pools, alloc, end)
+    stored = records(manager, executor, first, layout, pools, alloc, end)
     keys = manager.block_keys(first)
     manager.commit(first, end)
     manager.release(first)
@@ -95,8 +95,8 @@ def test_records_round_trip_through_every_tier_bit_exact(tmp_path: Path, preset:
     alloc = manager.allocate(second, end)
     for (kind, hi), arrays in stored.items():
         lo = hi - layout.block_tokens if kind == span_io.BLOCK else span_io.token_range(layout, kind, 0, hi)[0]
-        span_io.write(executor, layout, pools, kind, alloc, lo, hi, arrays, last=hi == end)
-    assert all(same(got, stored[k]) for k, got in records(executor, layout, pools, alloc, end).items())
+        span_io.write(manager, executor, second, layout, pools, kind, alloc, lo, hi, arrays, last=hi == end)
+    assert all(same(got, stored[k]) for k, got in records(manager, executor, second, layout, pools, alloc, end).items())
     manager.commit(second, end)
     manager.release(second)
     cache.close()

@@ -42,7 +42,7 @@ def window_width(window_tokens: int, block_tokens: int) -> int:
 class WindowRole(Role):
     """Window page pools, each a column of the point table."""
 
-    FIRES = (Event.PUBLISH_PINNED, Event.RETIRE, Event.RECLAIM)
+    FIRES = (Event.PUBLISH_PINNED, Event.RETIRE, Event.RECLAIM, Event.FILL, Event.COPY_DONE, Event.COPY_FAIL)
 
     def __init__(self, shared: Shared, pools: tuple[PoolSlots, ...], first_column: int) -> None:
         super().__init__(shared, pools, first_column)
