@@ -10,7 +10,8 @@ echo "== ruff check" >&2
 .venv/bin/ruff check .
 echo "== pytest" >&2
 set +e
-.venv/bin/python -m pytest --durations=15 "$@"
+# -n auto: one worker per core (pytest-xdist); HKV_TEST_WORKERS=0 runs in one process
+.venv/bin/python -m pytest --durations=15 -n "${HKV_TEST_WORKERS:-auto}" "$@"
 rc=$?
 set -e
 if [ "$rc" -eq 5 ]; then
