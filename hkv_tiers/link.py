@@ -40,7 +40,6 @@ from hkv_core.errors import ConfigError, InvalidArgument
 from hkv_core.executor import Executor
 from hkv_core.layout import Layout, PoolSpec
 from hkv_core.manager import Allocation, CacheManager
-from hkv_core.plan import RecordRows
 from hkv_core.tiers.cost import Candidate, CostModel, LoadDecision, Rate, recompute_flops
 from hkv_tiers import span_io
 from hkv_tiers.disk_store import DiskFaults
@@ -235,6 +234,12 @@ class TierLink:
             best = end
         return best
 
+    def _store_into(self, manager: CacheManager, executor: Executor, rid: int, kind: str, alloc: Allocation,
+                    lo: int, hi: int, name: str, out: NDArray[np.uint8]) -> None:
+        """Fill a record's host extent `out` from the pools by a store plan (only when the cache stores it)."""
+        rows = span_io.store_rows(self.layout, self.pools, kind, alloc, lo, hi, name)
+        span_io.run_store(manager, executor, rid, rows, {name: out})
+
     def store(self, manager: CacheManager, executor: Executor, rid: int, alloc: Allocation, hi: int) -> None:
         """After a step that ended at `hi`: the block record of the block ending there (when `hi` is a block
         boundary and the block is keyed: its tokens are verified), and the point record at `hi` when the
@@ -252,16 +257,9 @@ class TierLink:
             if self.cache.where(want.name) is not None:
                 self.cache.touch([want.name])
                 continue
-            rows = span_io.store_rows(self.layout, self.pools, kind, alloc, self._lo(want), hi, want.name)
             self.cache.store(kind, keys[0], want.lo, want.hi, want.nbytes, functools.partial(
-                _store_into, manager, executor, rid, rows, want.name))
+                self._store_into, manager, executor, rid, kind, alloc, self._lo(want), hi, want.name))
         self.cache.counts["store_us"] += int((time.perf_counter() - began) * 1e6)
-
-
-def _store_into(manager: CacheManager, executor: Executor, rid: int, rows: list[RecordRows], name: str,
-                out: NDArray[np.uint8]) -> None:
-    """Fill a record's host extent `out` from the pools by a store plan."""
-    span_io.run_store(manager, executor, rid, rows, {name: out})
 
 
 @attrs.define

@@ -29,7 +29,6 @@ from hkv_core.manager.page_pools import NULL_OBJECT
 from hkv_core.manager.requests import RequestState
 from hkv_core.plan import LoadRecord, Plan, RecordRows, StoreRecord
 from hkv_core.spec.names import Event, State
-from hkv_core.units import NULL_PAGE
 
 
 def _checked(core: Core, rows: object, action: str) -> list[RecordRows]:
@@ -80,10 +79,9 @@ def issue_load(core: Core, req: RequestState, rows: Sequence[RecordRows]) -> Pla
     targets = []
     for r in checked:
         objs = _objects(core, r)
-        for (page, _, _), obj in zip(r.runs, objs, strict=True):
-            state = o.codes.describe(int(o.code[obj]))[1] if obj != NULL_OBJECT else State.FREE.value
-            owned = obj != NULL_OBJECT and int(o.owner[obj]) == req.slot
-            if page == NULL_PAGE or not owned or state != State.RESERVED.value:
+        for (page, _, _), obj in zip(r.runs, objs, strict=True):  # _checked: never the NULL page
+            if obj == NULL_OBJECT or int(o.owner[obj]) != req.slot or not o.reserved[o.code[obj]]:
+                state = o.codes.describe(int(o.code[obj]))[1] if obj != NULL_OBJECT else State.FREE.value
                 raise InvalidArgument(action="plan_load", argument="rows", value=r,
                                       reason=f"{r.pool}: page {page} ({state}) is not a page request {req.rid} "
                                              f"reserved")
