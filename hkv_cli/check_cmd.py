@@ -40,7 +40,7 @@ def exit_status(result: CheckResult, impl: ImplCheckResult | None) -> int:
 @click.option("--prefixes", default=_CHECK.prefixes, show_default=True,
               type=click.IntRange(1, bound.MAX_PREFIXES),
               help="Prefixes; each is one segment per kind of the spec: the device objects (4 kinds), "
-                   "its disk record, its block (chained to the previous prefix's) and its resume point.")
+                   "its tier load, its block (chained to the previous prefix's) and its resume point.")
 @click.option("--seeded", "seeded_prefixes", default=_CHECK.seeded_prefixes, show_default=True,
               type=click.IntRange(0, bound.MAX_PREFIXES),
               help="Prefixes staged and published by request 0 in the seed worlds (at most --prefixes).")
@@ -69,7 +69,7 @@ def check_command(spec_path: str | None, prefixes: int, seeded_prefixes: int, re
     """Explore every reachable state within the bound; evaluate every invariant in each.
 
     Two checks: the abstract lifecycle spec (every event on every segment:
-    device objects, disk records, blocks and resume points), and the real
+    device objects, tier loads, blocks and resume points), and the real
     CacheManager on a tiny layout (every sequence of public API calls, each on
     a clone).
     """

@@ -151,7 +151,6 @@ EFFECTS: Mapping[str, Effect] = MappingProxyType({
     "pin_copy": _set(copy=1),
     "unpin_copy": _set(copy=0),
     "bump_version": _bump_version,
-    "quarantine": _set(quarantined=1),
     "add_holder": _delta("holders", 1),
     "drop_holder": _delta("holders", -1),
     "take_row": _set(row=1),
@@ -161,5 +160,5 @@ EFFECTS: Mapping[str, Effect] = MappingProxyType({
     "mark_ahead": _set(unknown=1),
 })
 
-ACTOR_GUARDS = frozenset({"is_owner", "leased_by_actor", "not_leased_by_actor"})
+ACTOR_GUARDS = frozenset({"is_owner", "leased_by_actor", "not_leased_by_actor", "targets_filling"})
 ACTOR_EFFECTS = frozenset({"set_owner", "add_lease", "drop_lease"})

@@ -186,6 +186,11 @@ class Explorer:
         events = [Event.RESERVE.value] + [WRITE] * rows + [Event.WRITE_DONE.value]
         return [(s, e) for s in topo.device_of_prefix[prefix] for e in events]
 
+    def fill_steps(self, prefix: int) -> list[tuple[int, str]]:
+        """Request 0 reserves every device kind of `prefix` and starts a copy into each (FILLING): what a
+        tier load into that prefix's objects begins from."""
+        return [(s, e) for s in self.topo.device_of_prefix[prefix] for e in (Event.RESERVE.value, Event.FILL.value)]
+
     def publish_steps(self, prefix: int) -> list[tuple[int, str]]:
         """Request 0 publishes every (READY) device kind of `prefix`; its block is indexed, its point kept."""
         topo = self.topo
@@ -197,24 +202,35 @@ Parents = dict[World, tuple[World | None, Label]]
 
 
 def seed_worlds(explorer: Explorer, parent: Parents) -> list[World]:
-    """The empty world, then per prefix k < seeded_prefixes: k staged (READY, owned by request 0), k published.
+    """The empty world, then per prefix k < seeded_prefixes: k staged (READY, owned by request 0), k published;
+    last, from the empty world, prefix 0 reserved and filling for request 0 (where a tier load begins).
 
-    Each seed extends the previous one through real transitions, so every
+    Each seed extends an earlier one through real transitions, so every
     trace starts from the empty world.
     """
-    world = explorer.topo.initial_world()
-    parent[world] = (None, ("", -1))
-    seeds = [world]
-    for prefix in range(explorer.topo.config.seeded_prefixes):
-        for steps in (explorer.stage_steps(prefix), explorer.publish_steps(prefix)):
-            script = explorer.script(world, steps)
-            if script is None:  # a (broken) spec that cannot stage or publish: explore from what we have
-                return seeds
-            for label, nxt in script:
-                parent.setdefault(nxt, (world, label))
-                world = nxt
-            seeds.append(world)
-    return seeds
+    empty = explorer.topo.initial_world()
+    parent[empty] = (None, ("", -1))
+    seeds = [empty]
+    steps = [s for prefix in range(explorer.topo.config.seeded_prefixes)
+             for s in (explorer.stage_steps(prefix), explorer.publish_steps(prefix))]
+    for script in steps:
+        world = _scripted(explorer, parent, seeds[-1], script)
+        if world is None:  # a (broken) spec that cannot stage or publish: explore from what we have
+            break
+        seeds.append(world)
+    filling = _scripted(explorer, parent, empty, explorer.fill_steps(0))
+    return seeds + ([filling] if filling is not None else [])
+
+
+def _scripted(explorer: Explorer, parent: Parents, world: World, steps: list[tuple[int, str]]) -> World | None:
+    """The world after `steps` from `world` (each step's parent recorded), None when the spec refuses one."""
+    script = explorer.script(world, steps)
+    if script is None:
+        return None
+    for label, nxt in script:
+        parent.setdefault(nxt, (world, label))
+        world = nxt
+    return world
 
 
 def check(spec: LifecycleSpec, config: CheckConfig | None = None,
@@ -224,8 +240,10 @@ def check(spec: LifecycleSpec, config: CheckConfig | None = None,
     Seeds are the empty world and, for each of the first `seeded_prefixes`
     prefixes, the world where request 0 has written its objects (READY, so
     publish / publish_pinned / abort are within reach) and the world where
-    they are published, the block indexed and the point kept (reached through
-    real transitions, so traces start from the empty world).  When
+    they are published, the block indexed and the point kept; and the world
+    where request 0 has reserved prefix 0's objects and started a copy into
+    each (a tier load's start).  All are reached through real transitions, so
+    traces start from the empty world.  When
     `max_states` worlds are found the search stops growing: every world found
     is still checked, and the result says `truncated`.
     """

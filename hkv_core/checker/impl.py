@@ -8,7 +8,8 @@ past the known tokens is tried and must be refused), complete its copy plan
 (or report it failed), load tier records into the pages a request reserved (a
 plan settled by `complete`, or reported failed: the pages are then RESERVED for
 the request to compute), commit, propose a speculative step then accept some of
-its drafts or reject it, release, evict) up to `max_depth` calls, on a tiny layout
+its drafts or reject it, release, evict, restart - a new manager, empty, with
+whatever was in flight gone) up to `max_depth` calls, on a tiny layout
 with small pools, starting from a manager whose index already holds the
 `seeded` prompts (computed and released), so that paths that need a populated
 index - a request re-recording a kept point and losing it to eviction (window
@@ -89,7 +90,8 @@ def fired_transitions(m: CacheManager) -> set[tuple[str, str]]:
     lanes = tuple(pool.spec for pool in m.core.pools)
     pages = {(lane.kind, e.value) for lane in lanes for e in events_fired(lanes)[lane.index]}
     index = {(table.table.kind, e.value) for table in (m.core.index.blocks, m.core.index.points) for e in table.FIRES}
-    return pages | index
+    loads = {(m.core.loads.table.kind, e.value) for e in m.core.loads.FIRES}
+    return pages | index | loads
 
 
 def prompts(block_tokens: int) -> tuple[np.ndarray, ...]:
@@ -125,6 +127,8 @@ def actions(config: ImplCheckConfig, m: CacheManager) -> Iterator[tuple[str, Act
         yield f"complete(plan{plan_id}, failed)", functools.partial(_complete, plan_id=plan_id, ok=False)
     yield "evict(1)", lambda m: _evict(m, 1)
     yield "evict(all)", lambda m: _evict(m, None)
+    if core.requests.live() or core.index.blocks.live:
+        yield "restart", _restart
 
 
 def _request_actions(config: ImplCheckConfig, rid: int, acquired: bool, allocated: int, computed: int,
@@ -204,6 +208,22 @@ def _tier_load(m: CacheManager, rid: int) -> None:
         rows += [RecordRows(pool=pool.spec.members[0].name, runs=[(int(p), 0, per_page)], record=f"r{int(p)}")
                  for p in pages]
     m.plan_load(rid, rows)
+
+
+def _restart(m: CacheManager) -> None:
+    """The process ends - requests, plans and tier loads in flight end with it - and a new manager starts on
+    the same layout, config and spec with empty pools (the tiers keep their records: its requests load them
+    into the pages they reserve, by `tier_load`, like any other)."""
+    old = m.core
+    key = (id(old.layout), id(old.config), id(old.spec))  # shared by every clone of one search
+    fresh = _FRESH.get(key)
+    if fresh is None:
+        fresh = _FRESH[key] = Core(old.layout, old.config, old.spec)  # built once, then cloned (cheaper)
+    m.core = fresh.clone()
+    m.core.objects.seen = old.objects.seen
+
+
+_FRESH: dict[tuple[int, int, int], Core] = {}
 
 
 def _complete(m: CacheManager, plan_id: int, ok: bool) -> None:

@@ -129,14 +129,20 @@ def _refcount_matches_leases(topo: Topology, world: World) -> str | None:
     return None
 
 
-def _disk_copy_durable(topo: Topology, world: World) -> str | None:
-    for s, seg in enumerate(world.segs):
-        if topo.corrupt[s][seg.state] and not seg.quarantined:
-            return f"{topo.describe(s)} is CORRUPT but not quarantined"
-        if topo.on_disk[s][seg.state]:
-            record = topo.record_of_prefix[topo.seg_prefix[s]]
-            if not topo.record_present[record][world.segs[record].state]:
-                return f"{topo.describe(s)} is ON_DISK but its disk record is gone"
+def _tier_loads_pinned(topo: Topology, world: World) -> str | None:
+    """A LOADING tier load's objects (its prefix's device kinds) are FILLING, copy-pinned, for one request."""
+    for p in range(topo.config.prefixes):
+        load = topo.load_of_prefix[p]
+        if not topo.loading[load][world.segs[load].state]:
+            continue
+        owners = set()
+        for s in topo.device_of_prefix[p]:
+            seg = world.segs[s]
+            if not topo.filling[s][seg.state] or seg.copy != 1:
+                return f"{topo.describe(load)} is LOADING into {_at(topo, world, s)}"
+            owners.add(seg.owner)
+        if len(owners) != 1 or -1 in owners:
+            return f"{topo.describe(load)} is LOADING into objects of requests {sorted(owners)}"
     return None
 
 
@@ -203,7 +209,7 @@ INVARIANTS: Mapping[str, Invariant] = MappingProxyType({
     "slot_single_owner": _slot_single_owner,
     "no_slot_leak": _no_slot_leak,
     "refcount_matches_leases": _refcount_matches_leases,
-    "disk_copy_durable": _disk_copy_durable,
+    "tier_loads_pinned": _tier_loads_pinned,
     "references_counted": _references_counted,
     "referenced_objects_indexable": _referenced_objects_indexable,
     "index_closed": _index_closed,

@@ -54,18 +54,16 @@ class WorldView:
     def holders(self) -> int:
         return self.world.segs[self.seg].holders
 
-    def disk_record_durable(self) -> bool:
-        record = self.topo.record_of_prefix[self._prefix()]
-        seg = self.world.segs[record]
-        return self.topo.durable[record][seg.state] and not seg.quarantined
-
-    def source_set_complete(self) -> bool:
+    def targets_filling(self) -> bool:
+        """Every device object of the tier load's prefix is FILLING for the acting request."""
         topo, segs = self.topo, self.world.segs
-        return all(topo.readable[s][segs[s].state] for s in topo.device_of_prefix[self._prefix()])
+        return self.actor >= 0 and all(topo.filling[s][segs[s].state] and segs[s].owner == self.actor
+                                       for s in topo.device_of_prefix[self._prefix()])
 
-    def disk_dependents(self) -> int:
-        topo, segs = self.topo, self.world.segs
-        return sum(topo.disk_held[s][segs[s].state] for s in topo.device_of_prefix[self._prefix()])
+    def loads_in_flight(self) -> int:
+        """1 while the tier load of this object's prefix is LOADING (it writes the object), else 0."""
+        load = self.topo.load_of_prefix[self._prefix()]
+        return int(self.topo.loading[load][self.world.segs[load].state])
 
     def parent_indexed(self) -> bool:
         """A root block (prefix 0) has no parent; block p's parent is block p - 1."""

@@ -3,7 +3,8 @@
 A world is an immutable tuple so it can be hashed and deduplicated:
 `(segments, requests, free_slots_mask)`.  Each segment is a `Seg` tuple and
 each request a `Req` tuple.  Per prefix p the world holds one segment of every
-device kind, its disk record, a `block` (the prefix index entry of block p,
+device kind, its tier load (a record copied into
+that prefix's objects), a `block` (the prefix index entry of block p,
 whose parent is block p - 1; block 0 is a root) and a `resume_point` at the
 end of block p.  `Topology` says which prefix and kind each segment index has
 and precomputes, from the spec, per-segment state masks (`mask[s][state]`) so
@@ -26,12 +27,6 @@ from hkv_core.spec.names import Event, State
 from hkv_core.spec.records import KindSpec, LifecycleSpec
 from hkv_core.spec.table import KindTable, compile_lifecycle
 
-# Disk-record states (the record kind's own names; `State` covers objects and index entries).
-DURABLE_RECORD_STATES = frozenset({"DURABLE", "READING"})
-RECORD_PRESENT_STATES = frozenset({"DURABLE", "READING", "CORRUPT"})
-CORRUPT_STATES = frozenset({"CORRUPT"})
-READABLE_SOURCE_STATES = frozenset({State.PUBLISHED, State.ON_HOST})
-DISK_HELD_STATES = frozenset({State.ON_DISK, State.LOADING})  # a LOADING segment may be reading the record
 BLOCK_KIND = "block"  # the index kind whose entries chain (parent = the previous prefix's block)
 POINT_KIND = "resume_point"  # the index kind whose entry sits on the block of its prefix
 
@@ -49,7 +44,6 @@ class Seg(NamedTuple):
     copy: int = 0  # 1 while an in-flight copy pins it
     slot: int = -1  # device slot, -1 when not device-resident
     frozen: int = -1  # rows at the moment the content was frozen
-    quarantined: int = 0  # 1 once a checksum mismatch quarantined the record
     holders: int = 0  # index entries holding a reference on this object
     refs: int = 0  # index entry: bit i set while it holds a reference on Topology.ref_targets[seg][i]
     cap: int = -1  # sealed size in rows; -1 means rows_per_segment (the canonical form of a full seal)
@@ -189,7 +183,7 @@ class Topology:
         self.index_segs = tuple(s for s in self.all_segs if self.is_index[s])
         self.device_of_prefix = tuple(tuple(s for s in self.device_segs if self.seg_prefix[s] == p)
                                       for p in range(config.prefixes))
-        self.record_of_prefix = self._one_per_prefix(spec.record_kinds[0])
+        self.load_of_prefix = self._one_per_prefix(spec.record_kinds[0])
         self.block_of_prefix = self._one_per_prefix(BLOCK_KIND)
         self.point_of_prefix = self._one_per_prefix(POINT_KIND)
         self.ref_targets = tuple(self._ref_targets(s) for s in self.all_segs)
@@ -212,12 +206,8 @@ class Topology:
         self.frozen = self._mask(lambda k: spec.frozen_states)
         self.copying = self._mask(lambda k: spec.copy_states)
         self.indexable = self._mask(lambda k: spec.indexable_states)
-        self.durable = self._mask(lambda k: DURABLE_RECORD_STATES)
-        self.readable = self._mask(lambda k: READABLE_SOURCE_STATES)
-        self.on_disk = self._mask(lambda k: frozenset({State.ON_DISK}))
-        self.disk_held = self._mask(lambda k: DISK_HELD_STATES)
-        self.record_present = self._mask(lambda k: RECORD_PRESENT_STATES)
-        self.corrupt = self._mask(lambda k: CORRUPT_STATES)
+        self.loading = self._mask(lambda k: frozenset({State.LOADING}))
+        self.filling = self._mask(lambda k: frozenset({State.FILLING}))
         self.draft = self._mask(lambda k: frozenset({State.DRAFT, State.DRAFT_FILLING}))
         self.ready = self._mask(lambda k: frozenset({State.READY}))
         self.ahead = self._mask(lambda k: frozenset({State.AHEAD}))

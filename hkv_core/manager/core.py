@@ -4,7 +4,8 @@
 - `index`: the PrefixIndex (keys, blocks, resume points, eviction order);
 - `roles`: the role objects (prefix, window, tail) over the pools;
 - `requests`: the RequestTable;
-- `plans`: copy plans issued and not yet completed.
+- `plans`: copy plans issued and not yet completed;
+- `loads`: the tier loads in flight (tier_loads.py), each a record a load plan copies.
 The verbs (match.py, acquire.py, allocate.py, commit.py, release.py,
 evict.py) orchestrate these owners; CacheManager (manager.py) is the locked
 public facade.  `clone()` copies every mutable part (the implementation-level
@@ -21,6 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hkv_core.block_keys import BlockHasher
+from hkv_core.errors import SpecError
 from hkv_core.layout import Layout
 from hkv_core.manager import footprint
 from hkv_core.manager.config import ManagerConfig
@@ -32,6 +34,8 @@ from hkv_core.manager.page_pools import PagePools
 from hkv_core.manager.records import Reason
 from hkv_core.manager.requests import RequestTable
 from hkv_core.manager.roles import Role, Shared, block_columns, build_roles, events_fired, point_columns
+from hkv_core.manager.tier_loads import KIND as TIER_LOAD
+from hkv_core.manager.tier_loads import TierLoads
 from hkv_core.spec import compile_lifecycle, load_lifecycle
 from hkv_core.spec.records import LifecycleSpec
 from hkv_core.spec.table import KindTable
@@ -72,6 +76,10 @@ class Core:
         self.hasher = BlockHasher(block_tokens=layout.block_tokens, seed=config.key_seed, algorithm=config.block_hash,
                                   namespace=layout.fingerprint())  # keys never meet another layout's
         self.plans: dict[int, PlanRecord] = {}
+        if TIER_LOAD not in self.tables:
+            raise SpecError(f"the manager needs kind {TIER_LOAD!r} (tier loads)", file=self.spec.source,
+                            table="kinds", key=TIER_LOAD)
+        self.loads = TierLoads(self.tables[TIER_LOAD], self.objects)
         self.next_plan = 0
         self.stats: dict[str, int] = {"evicted_blocks": 0, "evicted_points": 0, "copies": 0, "evictions": 0}
         self.hit_rejections: tuple[Reason, ...] | None = None  # match's layers 2 and 4 (static: computed once)
@@ -95,5 +103,6 @@ class Core:
         twin.index = self.index.clone(twin.objects, twin.requests)
         twin._bind_roles()
         twin.plans = dict(self.plans)  # records are never changed in place
+        twin.loads = self.loads.clone(twin.objects)
         twin.stats = dict(self.stats)
         return twin

@@ -36,8 +36,8 @@ from hkv_core.manager.limits import Limits, object_count
 from hkv_core.manager.roles.window import window_width
 
 # Bytes per element, one figure per table, from the dtypes the tables are built with.
-OBJECT_BYTES = 66  # page_pools.PagePools, per object: pool (8), code (1), version (8), leases, copies, holders,
-# owner (4 each), row_token, full_token (8 each), slot (4), record (1), stamp (8), vdrop (4)
+OBJECT_BYTES = 69  # page_pools.PagePools, per object: pool (8), code (1), version (8), leases, copies, holders,
+# owner (4 each), row_token, full_token (8 each), slot (4), loads (4), stamp (8), vdrop (4)
 PAGE_BYTES = 12  # page_pools.PoolSlots, per page: slot_object, free_slots, free_objects (4 each)
 BLOCK_ROW_BYTES = 31  # index.BlockTable, per row: state (1), version (2), free_rows (4), key (16), parent, point (4)
 POINT_ROW_BYTES = 13  # index.PointTable, per row: state (1), version (4), free_rows (4), block (4)

@@ -59,6 +59,10 @@ def copy_endpoints_pinned(core: Core) -> list[str]:
     targets = set(t for record in core.plans.values() for t in record.fills.tolist())
     if set(np.flatnonzero(copying).tolist()) != targets:
         out.append("copy-pinned objects are not exactly the targets of the plans in flight")
+    loads = core.loads
+    out += [f"tier load {key[1]!r} of plan {key[0]}: copy pins {load.copies} in {loads.table.states[load.state]}"
+            for key, load in loads.loads.items()
+            if (loads.table.states[load.state] in core.spec.copy_states) != (load.copies > 0)]
     return out
 
 
@@ -287,11 +291,26 @@ def refcount_matches_leases(core: Core) -> list[str]:
             for b in set(np.flatnonzero(o.leases).tolist()) | set(pins) if o.leases[b] != pins[b]]
 
 
-def disk_copy_durable(core: Core) -> list[str]:
-    """No disk tier yet: no object may claim to live on disk, and no record is durable."""
-    o = core.objects
-    bad = np.flatnonzero(_in(o, (State.ON_DISK,)) | (o.record != 0))
-    return [f"{_name(o, b)} is ON_DISK or has a record without a disk tier" for b in bad]
+def tier_loads_pinned(core: Core) -> list[str]:
+    """Every tier load in flight is LOADING for a load plan in flight, and every object it writes is one of
+    that plan's targets, FILLING for the plan's request and copy-pinned; `PagePools.loads` counts exactly the
+    loads writing each object."""
+    o, out = core.objects, []
+    marks = np.zeros_like(o.loads)
+    loading = core.loads.table.state_id(State.LOADING)
+    for (plan_id, record), load in core.loads.loads.items():
+        plan = core.plans.get(plan_id)
+        req = core.requests.by_rid.get(plan.request_id) if plan is not None else None
+        if plan is None or not plan.load or req is None or req.slot != load.actor or load.state != loading:
+            out.append(f"tier load {record!r} of plan {plan_id} is not LOADING for a load plan in flight")
+            continue
+        np.add.at(marks, load.targets, 1)
+        bad = load.targets[~(o.filling[o.code[load.targets]] & (o.owner[load.targets] == load.actor)
+                             & (o.copies[load.targets] > 0) & np.isin(load.targets, plan.fills))]
+        out += [f"tier load {record!r} of plan {plan_id} writes {_name(o, b)} ({o.state_name(b)})" for b in bad]
+    if not np.array_equal(marks, o.loads):
+        out.append("objects' tier-load marks are not the loads in flight writing them")
+    return out
 
 
 def _references(core: Core) -> Counter[int]:
@@ -349,7 +368,7 @@ INVARIANTS: Mapping[str, Check] = MappingProxyType({
     f.__name__: f for f in (copy_endpoints_pinned, pinned_never_freed, lease_versions_current,
                             lease_covers_object_set, draft_isolation, publish_only_when_complete,
                             immutable_when_frozen, slot_single_owner, no_slot_leak, refcount_matches_leases,
-                            disk_copy_durable, references_counted, referenced_objects_indexable, index_closed,
+                            tier_loads_pinned, references_counted, referenced_objects_indexable, index_closed,
                             live_chains_indexed, ahead_never_published)})
 
 

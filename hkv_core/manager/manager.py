@@ -342,6 +342,8 @@ class CacheManager:
                                          f"{type(completion).__name__}")
         plan_id = int(plan_id)
         del self.core.plans[plan_id]
+        if record.load:
+            self.core.loads.settle(plan_id, completion.ok)  # the records first: their targets wait for them
         self.core.objects.step(record.fills, Event.COPY_DONE if completion.ok else Event.COPY_FAIL)
         req = self.core.requests.by_rid.get(record.request_id)
         if req is not None:

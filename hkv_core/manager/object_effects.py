@@ -4,8 +4,8 @@ Each effect is `(pool, objs, actor, counts) -> None` over distinct objects of
 one pool, all in the same source state, after the edge's guards passed.  The
 model checker implements the same names over its abstract world
 (hkv_core/checker/effects.py); a test proves both registries and the spec's
-name set agree.  Content effects (append_row, clear_rows, freeze_content,
-quarantine) change nothing here: the bytes live in executors, and an object's
+name set agree.  Content effects (append_row, clear_rows, freeze_content)
+change nothing here: the bytes live in executors, and an object's
 rows are read from its owner's committed watermark (`row_token`,
 `full_token`).  Index effects (rows, references) belong to the index tables
 (hkv_core/manager/index/entries.py) and are refused on device objects.
@@ -101,7 +101,6 @@ EFFECTS: Mapping[str, Effect] = MappingProxyType({
     "pin_copy": _pin_copy,
     "unpin_copy": _unpin_copy,
     "bump_version": _bump_version,
-    "quarantine": _noop,
     "mark_ahead": _noop,  # ahead is data here: row_token past the owner's known tokens (requests.known)
     "add_holder": _add_holder,
     "drop_holder": _drop_holder,

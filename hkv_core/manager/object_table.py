@@ -15,8 +15,6 @@ from numpy.typing import NDArray
 
 from hkv_core.manager.requests import RequestTable
 
-DISK_DURABLE = 2  # disk record states: 0 absent (no disk tier writes records yet), 2 durable
-
 Index = NDArray[np.intp]
 
 
@@ -27,7 +25,7 @@ class FreePages(Protocol):
 
 
 class ObjectTable(Protocol):
-    """Per object (ids index every array): its pool, owner, pins, references, row watermarks, disk record;
+    """Per object (ids index every array): its pool, owner, pins, references, row watermarks, tier loads in flight;
     the page pools (their free pages) and the request table (watermarks, pin lists)."""
 
     @property
@@ -58,7 +56,7 @@ class ObjectTable(Protocol):
     def full_token(self) -> NDArray[np.int64]: ...
 
     @property
-    def record(self) -> NDArray[np.uint8]: ...
+    def loads(self) -> NDArray[np.int32]: ...
 
     @property
     def requests(self) -> RequestTable: ...

@@ -14,7 +14,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hkv_core.arrays import all_true
-from hkv_core.manager.object_table import DISK_DURABLE, ObjectTable
+from hkv_core.manager.object_table import ObjectTable
 
 Index = NDArray[np.intp]
 
@@ -77,12 +77,12 @@ class ObjectView:
     def holders(self) -> NDArray[np.int32]:
         return self.pools.holders[self.objs]
 
-    def disk_record_durable(self) -> NDArray[np.bool_]:
-        durable: NDArray[np.bool_] = self.pools.record[self.objs] == DISK_DURABLE
-        return durable
+    def loads_in_flight(self) -> NDArray[np.int32]:
+        """Tier loads in flight that write each object (a target settles with its load, never before)."""
+        return self.pools.loads[self.objs]
 
     def _index_question(self) -> NDArray[np.bool_]:
-        raise AssertionError("a question about index entries or disk records asked of device objects")
+        raise AssertionError("a question about index entries or tier loads asked of device objects")
 
-    source_set_complete = disk_dependents = parent_indexed = children = _index_question
+    targets_filling = parent_indexed = children = _index_question
     chain_tail = has_point = block_indexed = _index_question

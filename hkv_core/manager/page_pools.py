@@ -2,14 +2,14 @@
 
 Objects are what the prefix index and leases refer to; a device slot (a page
 id of a pool's member pools) is one placement of an object, recorded in
-`slot` / `PoolSlots.slot_object` (host and disk records will be others).
+`slot` / `PoolSlots.slot_object` (tier records are the tiers': hkv_tiers).
 Object ids are global across the pools (0 is the NULL object; pool p owns
 the ids [base, base + pages - 1)), so one lifecycle step moves objects of
 any pools at once.  Per object: lifecycle code (kind and state, see
 rules.py), version, lease pins, copy pins, index references (`holders`),
 owner (a request slot), the token positions at which its first and its last
-row are written (`row_token`, `full_token`), its page and pool, its disk
-record state.
+row are written (`row_token`, `full_token`), its page and pool, and the
+tier loads in flight that write it (`loads`, kept by tier_loads.py).
 
 Every change of any of these is an event of the compiled lifecycle tables,
 applied in bulk by `step(objs, event)`: the destination of every object is
@@ -126,7 +126,7 @@ class PagePools:
         self.row_token = np.zeros(n, np.int64)
         self.full_token = np.zeros(n, np.int64)
         self.slot = np.zeros(n, np.int32)  # object -> device page of its pool (NULL_OBJECT: none)
-        self.record = np.zeros(n, np.uint8)
+        self.loads = np.zeros(n, np.int32)  # tier loads in flight writing the object (tier_loads.py)
         self.stamp = np.zeros(n, np.int64)  # scratch for lease-membership guards
         self.stamp_clock = 0
         self.vdrop = np.zeros(n, np.int32)  # scratch of the eviction planner: references it would drop

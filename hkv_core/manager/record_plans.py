@@ -7,11 +7,13 @@ A tier stores and loads a record only through a plan the manager issues, like ev
   launch (StaleLease, nothing copied, if a page moved).
 - a **load** writes a record's bytes into row runs of pages the request owns and has reserved, not yet
   committed.  Issuing it fires `fill` on every target object (RESERVED -> FILLING: copy-pinned, guards
-  `is_owner` and `rows_not_full`); `complete` fires `copy_done`, or `copy_fail` when the executor reports the
-  copy failed.  A failed load leaves the objects RESERVED with their rows unwritten: the engine computes them
-  into the same pages and commits as it would without a tier, so a failed load costs a recompute, never a
-  wrong row.  (A failed copy-on-write plan differs: its rows lie before the allocation and nothing rewrites
-  them, so commit is refused.)
+  `is_owner` and `rows_not_full`), then `load` on each record it copies (a `tier_load`, tier_loads.py: guard
+  `targets_filling`); `complete` fires `copy_done` - or `copy_fail` when the executor reports the copy failed
+  - on the records first, then on the targets (whose guard `no_load_in_flight` waits for their loads).  A
+  failed load leaves the objects RESERVED with their rows unwritten: the engine computes them into the same
+  pages and commits as it would without a tier, so a failed load costs a recompute, never a wrong row.
+  (A failed copy-on-write plan differs: its rows lie before the allocation and nothing rewrites them, so
+  commit is refused.)
 
 Either way a bad argument - a pool the manager lacks, a page outside it, a page the request may not read or
 write - raises before anything changes.
@@ -88,7 +90,17 @@ def issue_load(core: Core, req: RequestState, rows: Sequence[RecordRows]) -> Pla
         targets.append(objs)
     fills = np.unique(np.concatenate(targets))
     o.step(fills, Event.FILL, req.slot)  # IllegalTransition (nothing changed) for a row it already committed
-    plan_id, core.next_plan = core.next_plan, core.next_plan + 1
+    plan_id = core.next_plan
+    by_record: dict[str, list[np.ndarray]] = {}
+    for r, objs in zip(checked, targets, strict=True):
+        by_record.setdefault(r.record, []).append(objs)
+    try:  # each record is a tier load: IDLE -> LOADING, its targets now FILLING for the request
+        core.loads.begin(plan_id, {name: np.unique(np.concatenate(parts)) for name, parts in by_record.items()},
+                         req.slot)
+    except BaseException:
+        o.step(fills, Event.COPY_FAIL)  # back to RESERVED: a refused load leaves everything as it was
+        raise
+    core.next_plan += 1
     ops = [LoadRecord(pool=r.pool, runs=r.runs, versions=o.version[objs].tolist(), record=r.record,
                       offset=r.offset, first_row=r.first_row) for r, objs in zip(checked, targets, strict=True)]
     core.plans[plan_id] = PlanRecord(request_id=req.rid, fills=fills, load=True)

@@ -141,7 +141,8 @@ def snapshot(core: Core) -> tuple[Any, ...]:
              tuple(c[live].tobytes() for _, c in b.refs), tuple(c[kept].tobytes() for _, c in pt.refs),
              getattr(core.index.policy, "order", lambda: np.zeros(0))().tobytes(), core.index.keys.count)
     reqs = tuple(_request_snapshot(r) for r in sorted(core.requests.live(), key=lambda r: r.rid))
-    plans = tuple(sorted((k, v.request_id, v.fills.tobytes()) for k, v in core.plans.items()))
+    plans = (tuple(sorted((k, v.request_id, v.fills.tobytes()) for k, v in core.plans.items())),
+             core.loads.snapshot(), o.loads.tobytes())
     return pools, index, reqs, plans, core.requests.next_rid, core.next_plan, tuple(sorted(core.stats.items()))
 
 

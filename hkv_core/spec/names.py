@@ -32,9 +32,8 @@ GUARD_NAMES: frozenset[str] = frozenset(
         "unpinned",  # no lease and no in-flight copy holds it
         "held",  # at least one index entry refers to it
         "unheld",  # no index entry refers to it
-        "disk_record_durable",  # its prefix has a DURABLE (or READING) disk record
-        "source_set_complete",  # every device kind of the prefix is readable
-        "no_disk_dependents",  # no object is ON_DISK or LOADING from this record
+        "targets_filling",  # every object a tier load writes is FILLING for the acting request
+        "no_load_in_flight",  # no tier load in flight writes this object (its copy settles with the load)
         "parent_indexed",  # a block's parent block is INDEXED (or it is a root block)
         "no_children",  # no INDEXED block has this block as its parent
         "not_chain_tail",  # no live request's chain ends at this block
@@ -59,7 +58,6 @@ EFFECT_NAMES: frozenset[str] = frozenset(
         "pin_copy",  # an in-flight copy pins it
         "unpin_copy",  # the copy completed
         "bump_version",  # the content identity changed: leases and hits on it are stale
-        "quarantine",  # a checksum mismatch marks the record unusable
         "add_holder",  # one more index entry refers to it
         "drop_holder",  # one index entry fewer refers to it
         "take_row",  # an index entry takes a row of its table
@@ -82,7 +80,7 @@ INVARIANT_NAMES: frozenset[str] = frozenset(
         "slot_single_owner",
         "no_slot_leak",
         "refcount_matches_leases",
-        "disk_copy_durable",
+        "tier_loads_pinned",
         "references_counted",
         "referenced_objects_indexable",
         "index_closed",
@@ -93,7 +91,7 @@ INVARIANT_NAMES: frozenset[str] = frozenset(
 
 
 class State(StrEnum):
-    """Every state the code names (device objects, disk records, blocks, resume points)."""
+    """Every state the code names (device objects, tier loads, blocks, resume points)."""
 
     FREE = "FREE"
     AHEAD = "AHEAD"
@@ -105,9 +103,7 @@ class State(StrEnum):
     READY = "READY"
     PUBLISHED = "PUBLISHED"
     RETIRED = "RETIRED"
-    OFFLOADING = "OFFLOADING"
-    ON_HOST = "ON_HOST"
-    ON_DISK = "ON_DISK"
+    IDLE = "IDLE"
     LOADING = "LOADING"
     INDEXED = "INDEXED"
     KEPT = "KEPT"
@@ -123,6 +119,7 @@ class Event(StrEnum):
     ACCEPT = "accept"
     REJECT = "reject"
     FILL = "fill"
+    LOAD = "load"
     COPY_DONE = "copy_done"
     COPY_FAIL = "copy_fail"
     SEAL = "seal"

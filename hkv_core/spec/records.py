@@ -78,5 +78,5 @@ class LifecycleSpec:
 
     @property
     def record_kinds(self) -> tuple[str, ...]:
-        """Kinds that are neither device nor index kinds (the disk prefix record)."""
+        """Kinds that are neither device nor index kinds (the tier load)."""
         return tuple(k for k in self.kinds if k not in self.device_kinds and k not in self.index_kinds)

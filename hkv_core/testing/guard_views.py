@@ -21,9 +21,8 @@ class FixedView:
     leased_by_me: bool = False
     leases: int = 0
     copying: bool = False
-    durable: bool = True
-    source_complete: bool = True
-    dependents: int = 0
+    targets: bool = True  # every object a tier load writes is FILLING for the actor
+    loading: int = 0  # tier loads in flight writing the object
     held_by: int = 0  # index references on the object
     rows: int = 1  # rows written
     parent: bool = True  # the block's parent is INDEXED (or it is a root)
@@ -51,14 +50,11 @@ class FixedView:
     def copy_pinned(self) -> bool:
         return self.copying
 
-    def disk_record_durable(self) -> bool:
-        return self.durable
+    def targets_filling(self) -> bool:
+        return self.targets
 
-    def source_set_complete(self) -> bool:
-        return self.source_complete
-
-    def disk_dependents(self) -> int:
-        return self.dependents
+    def loads_in_flight(self) -> int:
+        return self.loading
 
     def holders(self) -> int:
         return self.held_by
@@ -93,5 +89,5 @@ def permissive() -> FixedView:
 def refusing() -> FixedView:
     """The opposite answer to every question of `permissive()`."""
     return FixedView(slot_free=False, owner=False, full=False, leased_by_me=True, leases=1, copying=True,
-                     durable=False, source_complete=False, dependents=1, held_by=1, rows=0, parent=False,
+                     targets=False, loading=1, held_by=1, rows=0, parent=False,
                      child_count=1, tail=True, point=True, block=False, known=False)

@@ -55,8 +55,10 @@ def test_seeds_publish_index_and_hold_through_real_transitions() -> None:
     explorer = Explorer(spec, CheckConfig())
     topo, parent = explorer.topo, Parents()
     seeds = seed_worlds(explorer, parent)
-    assert len(seeds) == 1 + 2 * topo.config.seeded_prefixes
-    last = seeds[-1]
+    assert len(seeds) == 2 + 2 * topo.config.seeded_prefixes
+    last, filling = seeds[-2], seeds[-1]
+    for s in topo.device_of_prefix[0]:  # where a tier load begins: every object FILLING for request 0
+        assert topo.state_name(filling, s) == State.FILLING and filling.segs[s].owner == 0
     for p in range(topo.config.prefixes):
         assert topo.state_name(last, topo.block_of_prefix[p]) == State.INDEXED
         assert topo.state_name(last, topo.point_of_prefix[p]) == State.KEPT
@@ -76,7 +78,11 @@ SMALL = _cfg()
 DEEP = _cfg(requests=1, max_depth=6)
 CHAIN = CheckConfig(prefixes=2, requests=1, device_slots=8, max_depth=2, seeded_prefixes=2)
 ROOTS = CheckConfig(prefixes=2, requests=1, device_slots=8, max_depth=2, seeded_prefixes=0)
-CKV_OFFLOAD = '{ source = "PUBLISHED", event = "offload", dest = "OFFLOADING", guards = ["unpinned"], '
+TIER_LOAD = '{ source = "IDLE", event = "load", dest = "LOADING", guards = ["targets_filling"], ' \
+            'effects = ["pin_copy"] }'
+TARGET_DONE = 'event = "copy_done", dest = "RESERVED", guards = ["no_load_in_flight"]'
+CKV_UNPIN = '{ source = "PUBLISHED", event = "unpin", dest = "=", guards = ["leased_by_actor"], ' \
+            'effects = ["drop_lease"] },'
 DRAFT = '{ source = "FREE", event = "reserve_draft", dest = "DRAFT", guards = ["slot_available"], ' \
         'effects = ["take_slot", "set_owner"] },'
 WRITE = '{ sources = ["RESERVED", "DRAFT"], event = "write", dest = "=", guards = ["is_owner", ' \
@@ -86,7 +92,6 @@ REJECT = 'event = "reject", dest = "FREE", guards = ["is_owner"], effects = ["cl
          '"free_slot", "bump_version"]'
 DRAFT_FILL = '{ source = "DRAFT", event = "fill", dest = "DRAFT_FILLING", guards = ["is_owner", "rows_not_full"], ' \
              'effects = '
-DELETE_GUARDS = 'guards = ["unpinned", "no_disk_dependents"]'
 EVICT = 'event = "evict", dest = "FREE", guards = ["unpinned", "unheld"]'
 BLOCK_DROP = 'guards = ["no_children", "not_chain_tail", "no_point"], effects = ["drop_references", '
 VERIFY = '{ source = "AHEAD", event = "verify", dest = "RESERVED", guards = ["is_owner", "tokens_known"], ' \
@@ -109,13 +114,17 @@ BROKEN = [
     # the device kinds' lifecycles and leases
     Broken("evict a pinned page", EVICT, 'event = "evict", dest = "FREE", guards = ["unheld"]',
            "pinned_never_freed", SMALL),
-    Broken("offload without a copy pin", CKV_OFFLOAD + 'effects = ["pin_copy"] }', CKV_OFFLOAD + "effects = [] }",
+    Broken("tier load without a copy pin", TIER_LOAD, TIER_LOAD.replace('["pin_copy"]', "[]"),
            "copy_endpoints_pinned", SMALL),
+    Broken("tier load into pages no copy pins", TIER_LOAD, TIER_LOAD.replace('"targets_filling"', ""),
+           "tier_loads_pinned", SMALL),
+    Broken("a load's targets settle before it", TARGET_DONE, TARGET_DONE.replace('"no_load_in_flight"', ""),
+           "tier_loads_pinned", SMALL, count=4),
     Broken("retire bumps a leased window", 'event = "retire", dest = "RETIRED", guards = ["unheld"], effects = []',
            'event = "retire", dest = "RETIRED", guards = ["unheld"], effects = ["bump_version"]',
            "lease_versions_current", SMALL),
-    Broken("offload a leased page", CKV_OFFLOAD, '{ source = "PUBLISHED", event = "offload", dest = "OFFLOADING", '
-           "guards = [], ", "lease_covers_object_set", SMALL),
+    Broken("unfreeze a leased page", CKV_UNPIN, CKV_UNPIN + '\n  { source = "PUBLISHED", event = "seal", '
+           'dest = "READY", guards = [], effects = [] },', "lease_covers_object_set", SMALL),
     Broken("lease a draft", DRAFT, DRAFT + '\n  { source = "DRAFT", event = "pin", dest = "=", guards = [], '
            'effects = ["add_lease"] },', "draft_isolation", DEEP, count=4),
     Broken("accept publishes a draft", ACCEPT, '{ source = "DRAFT", event = "accept", dest = "PUBLISHED", '
@@ -140,9 +149,6 @@ BROKEN = [
     Broken("unpin keeps the lease", 'event = "unpin", dest = "=", guards = ["leased_by_actor"], '
            'effects = ["drop_lease"]', 'event = "unpin", dest = "=", guards = ["leased_by_actor"], effects = []',
            "refcount_matches_leases", SMALL),
-    Broken("delete a record still needed", DELETE_GUARDS, 'guards = ["unpinned"]', "disk_copy_durable", DEEP),
-    Broken("checksum failure not quarantined", 'effects = ["unpin_copy", "quarantine"]', 'effects = ["unpin_copy"]',
-           "disk_copy_durable", DEEP),
     # the prefix index and its references
     Broken("hold without add_holder", 'event = "hold", dest = "=", guards = [], effects = ["add_holder"]',
            'event = "hold", dest = "=", guards = [], effects = []', "references_counted", SMALL),
@@ -201,10 +207,10 @@ def test_broken_evict_trace_is_shortest_and_ends_with_the_evict(tmp_path: Path) 
 
 def test_reference_drop_is_all_or_nothing(tmp_path: Path) -> None:
     """With `unhold` gone from one referenced kind, no entry holding it can ever be dropped."""
-    path = mutated_spec(tmp_path, '{ sources = ["PUBLISHED", "OFFLOADING", "ON_HOST", "ON_DISK", "LOADING"], '
-                        'event = "unhold", dest = "=", guards = ["held"], effects = ["drop_holder"] },', "")
+    path = mutated_spec(tmp_path, '{ source = "PUBLISHED", event = "unhold", dest = "=", guards = ["held"], '
+                        'effects = ["drop_holder"] },', "")
     explorer = Explorer(load_lifecycle(path), SMALL)
-    seed = seed_worlds(explorer, Parents())[-1]
+    seed = seed_worlds(explorer, Parents())[-2]  # the last published seed
     labels = {head for (head, _), _ in explorer.successors(seed)}
     assert "drop(p0.resume_point" in labels and "drop(p0.block" not in labels
 

@@ -33,7 +33,8 @@ SMALL = ImplCheckConfig(max_depth=5)
 # have them).  Its fill and copy steps are reached by tier loads.
 UNREACHABLE_ON_TINY_CSA = {"compressed_kv.publish", "compressed_kv.seal"}
 TIER_LOAD_STEPS = {f"{kind}.{event}" for kind in ("compressed_kv", "compressor_tail", "swa_window", "indexer_state")
-                   for event in ("fill", "copy_done", "copy_fail")}
+                   for event in ("fill", "copy_done", "copy_fail")} | {"tier_load.load", "tier_load.copy_done",
+                                                                       "tier_load.copy_fail"}
 MUST_REACH = {"swa_window.retire", "swa_window.reclaim", "indexer_state.seal", "indexer_state.publish",
               "compressor_tail.copy_done", "compressor_tail.copy_fail", "resume_point.keep", "resume_point.drop",
               "block.index", "block.attach", "block.drop", "swa_window.evict", "compressed_kv.evict",
@@ -216,9 +217,8 @@ def test_append_that_never_verifies_is_caught(monkeypatch: pytest.MonkeyPatch) -
     assert any(step.startswith("append(") for step in found["ahead_never_published"])
 
 
-def test_a_tier_load_that_does_not_pin_its_targets_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Broken variant: plan_load issues its plan without firing `fill`, so the pages a copy is still writing
-    stay RESERVED (commit could publish them before the copy completed)."""
+def _load_without_fill(monkeypatch: pytest.MonkeyPatch) -> None:
+    """plan_load issues its plan without firing `fill`: the pages a copy is still writing stay RESERVED."""
     from hkv_core.manager import record_plans
 
     real = PagePools.step
@@ -238,5 +238,48 @@ def test_a_tier_load_that_does_not_pin_its_targets_is_caught(monkeypatch: pytest
 
     monkeypatch.setattr(PagePools, "step", no_fill)
     monkeypatch.setattr(record_plans, "issue_load", issue_without_fill)
+
+
+def test_a_tier_load_into_unpinned_pages_is_refused_by_its_guard(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With `fill` skipped, the record's `load` meets guard `targets_filling` and is refused, nothing changed:
+    no load runs into pages a commit could publish."""
+    _load_without_fill(monkeypatch)
+    result = check_implementation(attrs.evolve(SMALL, max_depth=4))
+    assert result.violations == ()
+    assert "tier_load.load" not in result.transitions_taken
+
+
+def test_a_tier_load_that_does_not_pin_its_targets_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Broken variant: plan_load skips `fill` and the guard `targets_filling` is gone, so the pages a copy is
+    still writing stay RESERVED (commit could publish them before the copy completed)."""
+    from hkv_core.manager.tier_loads import LoadView
+
+    _load_without_fill(monkeypatch)
+    monkeypatch.setattr(LoadView, "targets_filling", lambda self: True)
     found = dict(check_implementation(attrs.evolve(SMALL, max_depth=4, stop_on_violation=True)).violations)
-    assert "copy_endpoints_pinned" in found and any("tier_load" in step for step in found["copy_endpoints_pinned"])
+    assert {"copy_endpoints_pinned", "tier_loads_pinned"} & set(found), sorted(found)
+    assert any("tier_load" in step for trace in found.values() for step in trace)
+
+
+def test_targets_that_settle_before_their_load_are_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Broken variant: complete settles a load plan's targets but leaves its tier loads LOADING, and the
+    targets' guard `no_load_in_flight` is gone: the pages leave FILLING (and may be published) while the
+    load still writes them."""
+    from hkv_core.manager.object_view import ObjectView
+    from hkv_core.manager.tier_loads import TierLoads
+
+    monkeypatch.setattr(TierLoads, "settle", lambda self, plan_id, ok: None)
+    monkeypatch.setattr(ObjectView, "loads_in_flight", lambda self: np.zeros(len(self.objs), np.int32))
+    found = dict(check_implementation(attrs.evolve(SMALL, max_depth=4, stop_on_violation=True)).violations)
+    assert "tier_loads_pinned" in found, sorted(found)
+    assert found["tier_loads_pinned"][-2].startswith("complete(")
+
+
+def test_targets_settling_before_their_load_are_refused_by_their_guard(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the loads left LOADING, the targets' `copy_done` meets guard `no_load_in_flight` and is refused:
+    the broken complete is then a call that changed state and failed, which the checker reports."""
+    from hkv_core.manager.tier_loads import TierLoads
+
+    monkeypatch.setattr(TierLoads, "settle", lambda self, plan_id, ok: None)
+    found = dict(check_implementation(attrs.evolve(SMALL, max_depth=4, stop_on_violation=True)).violations)
+    assert "failed_call_changed_state" in found, sorted(found)

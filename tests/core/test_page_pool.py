@@ -341,12 +341,13 @@ def test_a_refused_step_over_several_kinds_changes_nothing() -> None:
 
 @pytest.fixture()
 def guarded_copy_done(tmp_path: Path) -> LifecycleSpec:
-    """The shipped spec with copy_done out of FILLING guarded by is_owner for compressed_kv only (its first
+    """The shipped spec with copy_done out of FILLING also guarded by is_owner for compressed_kv only (its first
     kind): FILLING windows and prefix pages then move by different guards, so the step runs per group."""
-    old = '{ source = "FILLING", event = "copy_done", dest = "RESERVED", guards = []'
-    spec = load_lifecycle(mutated_spec(tmp_path, old, old.replace("guards = []", 'guards = ["is_owner"]')))
+    old = '{ source = "FILLING", event = "copy_done", dest = "RESERVED", guards = ["no_load_in_flight"]'
+    spec = load_lifecycle(mutated_spec(tmp_path, old, old.replace('guards = ["no_load_in_flight"]',
+                                                                  'guards = ["no_load_in_flight", "is_owner"]')))
     guarded = [t.guards for t in spec.kind("compressed_kv").transitions if t.event == "copy_done"]
-    assert ("is_owner",) in guarded, guarded
+    assert ("no_load_in_flight", "is_owner") in guarded, guarded
     return spec
 
 
@@ -377,9 +378,10 @@ def test_the_check_catches_groups_applied_as_they_pass(guarded_copy_done: Lifecy
               counts: NDArray[np.intp] | None) -> None:
         for c in np.flatnonzero(np.bincount(codes)).tolist():
             mask, edge = codes == c, rule.edges[c]
-            if first_refusing(edge.guards, edge.guard_names, ObjectView(self, objs[mask], actor)) is not None:
+            refused = first_refusing(edge.guards, edge.guard_names, ObjectView(self, objs[mask], actor))
+            if refused is not None:
                 raise IllegalTransition(kind=self.codes.describe(c)[0], state=self.codes.describe(c)[1],
-                                        event=rule.event.value, guard=edge.guard_names[0])
+                                        event=rule.event.value, guard=refused)
             for name in edge.effects:
                 object_effects.EFFECTS[name](self, objs[mask], actor, None)
             self.code[objs[mask]] = int(rule.dest[c])

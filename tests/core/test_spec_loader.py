@@ -16,8 +16,8 @@ RESUME_REFS = 'resume_point = ["swa_window", "compressor_tail"]'
 def test_shipped_spec_loads_with_seven_kinds() -> None:
     spec = load_lifecycle()
     assert list(spec.kinds) == ["compressed_kv", "compressor_tail", "swa_window",
-                                "indexer_state", "disk_prefix", "block", "resume_point"]
-    assert spec.record_kinds == ("disk_prefix",)
+                                "indexer_state", "tier_load", "block", "resume_point"]
+    assert spec.record_kinds == ("tier_load",)
     assert spec.index_kinds == ("block", "resume_point")
     assert dict(spec.references) == {"block": ("compressed_kv", "indexer_state"),
                                      "resume_point": ("swa_window", "compressor_tail")}
@@ -31,7 +31,7 @@ def test_shipped_spec_loads_with_seven_kinds() -> None:
 
 def test_spec_covers_lifecycle_failure_rows() -> None:
     rows = {i.failure for i in load_lifecycle().invariants}
-    assert {"F1", "F2", "F3", "F5", "F7", "F8", "F11", "F14"} <= rows
+    assert {"F1", "F2", "F3", "F5", "F7", "F8", "F9", "F11", "F17"} <= rows
 
 
 CASES = [
@@ -46,9 +46,11 @@ CASES = [
     ('effects = ["pin_copy"] }', 'effects = ["pin_cpy"] }', "transitions[", "effects", "not registered"),
     ("[invariants.no_slot_leak]", "[invariants.no_slot_leek]", "invariants.no_slot_leek", "*",
      "not registered"),
-    ('final = ["DELETED"]', "final = []", "kinds.disk_prefix", "final", "dead-end state 'DELETED'"),
-    ('initial = "ABSENT"', 'initial = "NOWHERE"', "kinds.disk_prefix", "initial", "unknown state"),
-    ('states = ["ABSENT", "WRITING"', 'states = ["ABSENT", "LIMBO", "WRITING"', "kinds.disk_prefix",
+    ('states = ["IDLE", "LOADING"]\ntransitions = [', 'states = ["IDLE", "LOADING", "STUCK"]\ntransitions = [\n'
+     '  { source = "IDLE", event = "stall", dest = "STUCK", guards = [], effects = [] },', "kinds.tier_load", "final",
+     "dead-end state 'STUCK'"),
+    ('initial = "IDLE"', 'initial = "NOWHERE"', "kinds.tier_load", "initial", "unknown state"),
+    ('states = ["IDLE", "LOADING"]', 'states = ["IDLE", "LIMBO", "LOADING"]', "kinds.tier_load",
      "states", "unreachable"),
     ('failure = "F2"', 'failure = "two"', "invariants.", "failure", "failure row of docs/failures.md"),
     ("[meta]\nversion = 2", "[meta]\nversion = 2\nversoin = 2", "meta", "versoin", "unknown key"),
@@ -62,7 +64,7 @@ CASES = [
     ('reference_events = ["hold", "unhold"]', 'reference_events = ["hold", "unhld"]', "meta",
      "reference_events", "unknown name"),
     (RESUME_REFS, RESUME_REFS + '\nchunk = ["swa_window"]', "references", "chunk", "unknown key"),
-    ('block = ["compressed_kv", "indexer_state"]', 'block = ["compressed_kv", "disk_prefix"]', "references",
+    ('block = ["compressed_kv", "indexer_state"]', 'block = ["compressed_kv", "tier_load"]', "references",
      "block", "unknown name"),  # a record kind is not a device kind
     ('block = ["compressed_kv", "indexer_state"]', 'block = ["compressed_kv", "resume_point"]', "references",
      "block", "unknown name"),  # nor is an index kind
@@ -92,8 +94,8 @@ def test_invalid_toml_and_missing_file(tmp_path: Path) -> None:
 
 
 def test_final_state_with_exits_is_rejected(tmp_path: Path) -> None:
-    path = mutated_spec(tmp_path, 'final = ["DELETED"]', 'final = ["DELETED", "DURABLE"]')
-    with pytest.raises(SpecError, match="final state 'DURABLE' has outgoing"):
+    path = mutated_spec(tmp_path, 'initial = "IDLE"\nfinal = []', 'initial = "IDLE"\nfinal = ["LOADING"]')
+    with pytest.raises(SpecError, match="final state 'LOADING' has outgoing"):
         load_lifecycle(path)
 
 

@@ -82,7 +82,7 @@ def test_spec_diagram_is_mermaid_with_every_kind() -> None:
     done = hkv("spec", "diagram")
     assert done.returncode == 0
     assert done.stdout.startswith("stateDiagram-v2")
-    for kind in ("compressed_kv", "compressor_tail", "swa_window", "indexer_state", "disk_prefix"):
+    for kind in ("compressed_kv", "compressor_tail", "swa_window", "indexer_state", "tier_load"):
         assert f"state {kind} {{" in done.stdout
 
 

@@ -80,7 +80,7 @@ def test_illegal_transition_carries_fields() -> None:
 
 views = st.builds(FixedView, slot_free=st.booleans(), owner=st.booleans(), full=st.booleans(),
                   leased_by_me=st.booleans(), leases=st.integers(0, 2), copying=st.booleans(),
-                  durable=st.booleans(), source_complete=st.booleans(), dependents=st.integers(0, 1),
+                  targets=st.booleans(), loading=st.integers(0, 1),
                   held_by=st.integers(0, 2), rows=st.integers(0, 2), parent=st.booleans(),
                   child_count=st.integers(0, 1), tail=st.booleans(), point=st.booleans(), block=st.booleans())
 

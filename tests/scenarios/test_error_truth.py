@@ -314,9 +314,9 @@ def test_engine_serves_integer_prompts_given_as_lists_or_arrays_alike(engine: En
 
 
 @pytest.mark.parametrize(("old", "new", "kind", "key", "message"), [
-    ('initial = "ABSENT"', 'initial = "NOWHERE"', "disk_prefix", "initial",
-     "unknown state 'NOWHERE': the initial state must be one of the kind's states (ABSENT, "),
-    ('initial = "ABSENT"', 'initial = "ABSENT"\ninital = "ABSENT"', "disk_prefix", "inital", "unknown key"),
+    ('initial = "IDLE"', 'initial = "NOWHERE"', "tier_load", "initial",
+     "unknown state 'NOWHERE': the initial state must be one of the kind's states (IDLE, "),
+    ('initial = "IDLE"', 'initial = "IDLE"\ninital = "IDLE"', "tier_load", "inital", "unknown key"),
     ('{ source = "FREE", event = "reserve", dest = "RESERVED"',
      '{ source = "FREE", event = "reserve", dest = "RESERVED", guard = "x"', "compressed_kv", "guard",
      "unknown key"),

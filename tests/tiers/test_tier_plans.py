@@ -57,6 +57,42 @@ def test_a_load_pins_its_targets_until_complete_and_then_they_commit() -> None:
     assert not check_invariants(manager)
 
 
+def test_each_record_of_a_load_is_a_tier_load_through_the_spec() -> None:
+    """plan_load fires `load` on a `tier_load` per record (LOADING, its targets marked); complete settles the
+    records before their targets; the same record loads into two requests' pages at once."""
+    manager, executor, rid, pages = manager_with_request()
+    other = manager.add_request(np.arange(40) % 64 + 1)
+    manager.acquire(other, manager.match(other))
+    manager.allocate(other, 32)
+    theirs = manager.owned(other)[WINDOW]
+    first = manager.plan_load(rid, [RecordRows(pool=WINDOW, runs=[(pages[0], 0, 8)], record="a"),
+                                    RecordRows(pool=WINDOW, runs=[(pages[1], 0, 8)], record="b")])
+    second = manager.plan_load(other, [RecordRows(pool=WINDOW, runs=[(theirs[0], 0, 8)], record="a")])
+    loads = manager.core.loads
+    assert sorted(loads.loads) == [(first.plan_id, "a"), (first.plan_id, "b"), (second.plan_id, "a")]
+    assert {loads.table.states[load.state] for load in loads.loads.values()} == {"LOADING"}
+    assert int(manager.core.objects.loads.sum()) == 3 and not check_invariants(manager)
+    source = np.zeros(8 * 16 * 4, np.uint8)
+    manager.complete(first.plan_id, Completion(ok=False, error="test: copy failed"))
+    assert sorted(loads.loads) == [(second.plan_id, "a")] and not check_invariants(manager)
+    manager.complete(second.plan_id, executor.run(second, records={"a": source}))
+    assert not loads.loads and not manager.core.objects.loads.any() and not check_invariants(manager)
+    seen = set()
+    manager.core.objects.seen = seen
+    manager.complete(manager.plan_load(rid, [RecordRows(pool=WINDOW, runs=[(pages[0], 0, 8)], record="a")])
+                     .plan_id, Completion())
+    assert {("tier_load", "load"), ("tier_load", "copy_done")} <= seen
+
+
+def test_a_broken_tier_load_mark_is_caught_by_the_invariant() -> None:
+    """Broken variant: a load's target loses its mark while the load is in flight (its copy_done could then
+    pass guard `no_load_in_flight` early); tier_loads_pinned reports it."""
+    manager, executor, rid, pages = manager_with_request()
+    manager.plan_load(rid, [RecordRows(pool=WINDOW, runs=[(pages[0], 0, 8)], record="a")])
+    manager.core.objects.loads[:] = 0
+    assert any(m.startswith("tier_loads_pinned:") for m in check_invariants(manager))
+
+
 def test_a_load_is_refused_into_pages_it_may_not_write_and_nothing_changes() -> None:
     manager, executor, rid, pages = manager_with_request()
     other = manager.add_request(np.arange(40) % 64 + 1)

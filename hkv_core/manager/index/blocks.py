@@ -155,5 +155,5 @@ class BlockView:
         raise AssertionError("a question about device objects asked of blocks")
 
     slot_available = is_owner = rows_full = leased_by_actor = lease_count = copy_pinned = _not_asked
-    disk_record_durable = source_set_complete = disk_dependents = holders = rows_written = _not_asked
+    targets_filling = loads_in_flight = holders = rows_written = _not_asked
     block_indexed = tokens_known = _not_asked

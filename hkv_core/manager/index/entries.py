@@ -194,6 +194,6 @@ ENTRY_EFFECTS: Mapping[str, EntryEffect] = MappingProxyType({
     "bump_version": _bump,
     **{name: _not_for_entries(name) for name in (
         "take_slot", "free_slot", "set_owner", "clear_owner", "append_row", "clear_rows", "seal_rows",
-        "freeze_content", "add_lease", "drop_lease", "pin_copy", "unpin_copy", "quarantine", "add_holder",
+        "freeze_content", "add_lease", "drop_lease", "pin_copy", "unpin_copy", "add_holder",
         "drop_holder", "mark_ahead")},
 })

@@ -80,5 +80,5 @@ class PointView:
         raise AssertionError("a question about device objects or blocks asked of resume points")
 
     slot_available = is_owner = rows_full = leased_by_actor = lease_count = copy_pinned = _not_asked
-    disk_record_durable = source_set_complete = disk_dependents = holders = rows_written = _not_asked
+    targets_filling = loads_in_flight = holders = rows_written = _not_asked
     parent_indexed = children = chain_tail = has_point = tokens_known = _not_asked
