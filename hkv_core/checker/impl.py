@@ -299,9 +299,10 @@ def check_implementation(config: ImplCheckConfig | None = None,
         checked += 1
         if truncated or len(trace) - len(seeding) >= config.max_depth or (violations and config.stop_on_violation):
             continue  # once truncated, the states already found are checked, not expanded
+        before = m.snapshot()  # what every failing call from this state must leave unchanged
         for label, action in list(actions(config, m)):
             calls += 1
-            twin, before = m.clone(), m.snapshot()
+            twin = m.clone()
             try:
                 action(twin)
             except ChangedOnFailure:
