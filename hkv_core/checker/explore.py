@@ -257,7 +257,7 @@ def check(spec: LifecycleSpec, config: CheckConfig | None = None,
     depth_of = {seed: 0 for seed in seeds}
     found: dict[str, Violation] = {}
     transitions, truncated, heads = 0, False, set[str]()
-    while queue:
+    while queue and not (found and topo.config.stop_on_violation):
         world, depth = queue.popleft()
         broken = [(n, msg) for n, fn in checks if (msg := fn(topo, world)) is not None]
         for name, message in broken:

@@ -292,7 +292,7 @@ def check_implementation(config: ImplCheckConfig | None = None,
     calls = failed = checked = 0
     truncated = False
     violations: dict[str, tuple[str, ...]] = {}
-    while queue:
+    while queue and not (violations and config.stop_on_violation):
         m, trace = queue.popleft()
         for message in check_invariants(m):
             violations.setdefault(message.split(":")[0], trace + (message,))

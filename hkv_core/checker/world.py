@@ -117,7 +117,8 @@ class CheckConfig:
     """The bound of a model check: how big the explored world is.
 
     `max_states` caps the worlds explored: at the cap the search stops growing (every world found is still
-    checked) and the result says `truncated`.  Out-of-range values raise `InvalidArgument`.
+    checked) and the result says `truncated`.  `stop_on_violation` ends the search at the first world that
+    breaks an invariant (its violations are the result's).  Out-of-range values raise `InvalidArgument`.
     """
 
     prefixes: int = 2
@@ -128,6 +129,7 @@ class CheckConfig:
     max_depth: int = 3
     seeded_prefixes: int = 2
     max_states: int = MAX_STATES
+    stop_on_violation: bool = False  # end the search at the first violating world (broken-variant tests)
 
     def __attrs_post_init__(self) -> None:
         within("CheckConfig", "prefixes", self.prefixes, 1, MAX_PREFIXES)
