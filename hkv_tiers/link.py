@@ -107,7 +107,8 @@ class TierOptions:
         cache = TierCache(pools=pools, layout_fingerprint=manager.layout.fingerprint(), model_id=model_id,
                           key_seed=seed or 0, host_bytes=int(self.host_bytes), directory=self.directory,
                           disk_bytes=int(self.disk_bytes), faults=self.faults,
-                          loads_in_flight=int(self.loads_in_flight), remote=self.remote)
+                          loads_in_flight=int(self.loads_in_flight), remote=self.remote,
+                          eviction=manager.config.eviction)  # the device's policy orders the tiers too
         return TierLink(cache, cost, manager.layout, pools)
 
 

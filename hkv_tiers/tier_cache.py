@@ -3,12 +3,13 @@
 Records are named by their block key (32 hex digits, `-p` after a point
 record's) and hold a block's compressed entries or a resume point's window and
 tails (span_io).  A new record goes to the host arena; when the arena is full the
-least recently used host records move to disk in durable batches written on a
-worker thread (readable on the host until they settle), and when
-the disk budget is full the least recently used disk records are deleted.  A
-lookup touches a prefix's records deepest first, so a shared head is always
-more recent than the tails that depend on it and a tier drops children before
-their parents.  Loads of disk records run on worker threads, at most
+host records first in eviction order move to disk in durable batches written on a
+worker thread (readable on the host until they settle), and when the disk budget
+is full the disk records first in eviction order are deleted.  Each tier's order
+is kept by the eviction policy the manager runs (`eviction`: "lru" or
+"adaptive"; tier_order.py).  A lookup touches a prefix's records root first, as
+the index touches a chain, and the policies keep children first, so a tier drops
+a prefix's tail before its head.  Loads of disk records run on worker threads, at most
 `loads_in_flight` at a time.  Every record is checked when it is read (header,
 layout, kind, ABI id, token range, key, payload checksum); one that fails is
 quarantined, counted and treated as a miss - never served.
@@ -21,7 +22,7 @@ what survived.
 from __future__ import annotations
 
 import time
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -32,6 +33,7 @@ from numpy.typing import NDArray
 
 from hkv_core.errors import RecordCorrupt, TierError, TierFull
 from hkv_core.layout import PoolSpec
+from hkv_core.manager.config import EVICTIONS
 from hkv_core.tiers.record import HEADER_BYTES, UNSUMMED, RecordHeader, pack_header
 from hkv_tiers.cache_dir import RECORDS_DIR, CacheDirectory, checked_directory
 from hkv_tiers.disk_store import Buffer, Crash, DiskFaults, DiskStore
@@ -40,27 +42,28 @@ from hkv_tiers.host_store import HostStore
 from hkv_tiers.record_check import Loaded, Wanted, check_record, record_name, span_abi_id
 from hkv_tiers.remote_config import RemoteTierConfig
 from hkv_tiers.remote_store import RemoteStore
+from hkv_tiers.tier_order import TierOrder
 
 
 class TierCache:
     """Host arena (`host_bytes`), with `directory` a disk store (`disk_bytes`), with `remote` a shared Mooncake
-    Store (remote_store.py) of block records."""
+    Store (remote_store.py) of block records; `eviction` ("lru" or "adaptive") orders the host and disk tiers."""
 
     def __init__(self, *, pools: Sequence[PoolSpec], layout_fingerprint: str, model_id: str, key_seed: int,
                  host_bytes: int, directory: str | Path | None = None, disk_bytes: int = 0,
                  faults: DiskFaults | None = None, loads_in_flight: int = 4,
-                 remote: RemoteTierConfig | None = None) -> None:
+                 remote: RemoteTierConfig | None = None, eviction: str = EVICTIONS[0]) -> None:
         self.pools, self.fingerprint, self.abi_id = tuple(pools), layout_fingerprint, span_abi_id(pools)
         directory = checked_directory(directory, action="TierCache", argument="directory")  # before anything
+        self.host_order = TierOrder(eviction)  # the policy `eviction` names orders each tier (tier_order.py)
+        self.disk_order = TierOrder(eviction)
         try:
             self.host = HostStore(host_bytes)
         except (MemoryError, ValueError, OverflowError, OSError) as err:
             raise TierError(tier="host", record="arena", reason=f"cannot preallocate {host_bytes:,} bytes "
                             f"({type(err).__name__})") from None
         self.remote: RemoteStore | None = None
-        self.host_lru: OrderedDict[str, None] = OrderedDict()
         self.host_headers: dict[str, RecordHeader] = {}  # each host record's header, as packed into its image
-        self.disk_lru: OrderedDict[str, None] = OrderedDict()
         self.counts: Counter[str] = Counter()
         self.directory = directory
         self.disk: DiskStore | None = None
@@ -94,7 +97,7 @@ class TierCache:
         except BaseException:
             self.abandon()
             raise
-        self.disk_lru.update((name, None) for name in self.disk.names_by_age())  # least recently written first
+        self.disk_order.add(self.disk.names_by_age())  # least recently written first
         self.counts["restored"] += len(self.disk.sizes)
 
     def close(self) -> None:
@@ -105,7 +108,7 @@ class TierCache:
             if self.remote is not None:
                 self.remote.close(drain=True)  # records on their way to the store go first
             if self.writer is not None:
-                self._demote([n for n in self.host_lru if n not in self.moving])
+                self._demote([n for n in self.host_order if n not in self.moving])
                 self._settle(self.writer.drain())
         finally:
             self.abandon()
@@ -125,7 +128,7 @@ class TierCache:
 
     def where(self, name: str) -> str | None:
         """The tier holding record `name` (host first: a record moving to disk is read from the host), or None."""
-        return "host" if name in self.host_lru else "disk" if name in self.disk_lru else None
+        return "host" if name in self.host_order else "disk" if name in self.disk_order else None
 
     def locate(self, names: Sequence[str]) -> dict[str, str | None]:
         """The tier holding each of `names`: the local tiers first, then one lookup in the remote store."""
@@ -162,7 +165,7 @@ class TierCache:
             header = self._header(kind, key, lo, hi, image[HEADER_BYTES:])
             image[:HEADER_BYTES] = np.frombuffer(pack_header(header), np.uint8)
             self.host_headers[name] = header  # parsed once: host reads and demotions check it, not the bytes
-            self.host_lru[name] = None
+            self.host_order.add([name])
             self.counts["stored_host"] += 1
             if publish and self.remote is not None:
                 self.remote.publish(name, header, image[HEADER_BYTES:])
@@ -185,11 +188,12 @@ class TierCache:
                             payload_checksum=UNSUMMED)
 
     def _make_host_room(self, nbytes: int) -> bool:
-        """Move LRU host records to disk (or drop them without one) until `nbytes` fit; False when they cannot."""
+        """Move the host records first in eviction order to disk (or drop them without one) until `nbytes` fit;
+        False when they cannot."""
         if nbytes > self.host.budget:
             return False
         while self._largest_free() < nbytes:
-            idle = [n for n in self.host_lru if n not in self.moving]
+            idle = [n for n in self.host_order if n not in self.moving]
             if self.writer is not None and self.writer.pending:
                 self._settle(self.writer.reap(wait=True))  # room comes back when a batch settles
             elif idle:
@@ -200,10 +204,10 @@ class TierCache:
         return True
 
     def _demote_early(self) -> None:
-        """Above 3/4 of the arena, start moving the least recent quarter to disk in the background."""
+        """Above 3/4 of the arena, start moving the first quarter in eviction order to disk in the background."""
         if self.writer is None or self.writer.pending or 4 * self.host.used_bytes <= 3 * self.host.budget:
             return
-        idle = [n for n in self.host_lru if n not in self.moving]
+        idle = [n for n in self.host_order if n not in self.moving]
         self._demote(idle[:max(1, len(idle) // 4)])
 
     def _largest_free(self) -> int:
@@ -212,7 +216,7 @@ class TierCache:
     def _drop_host(self, names: Sequence[str], count: str) -> None:
         for name in names:
             self.host.drop(name)
-            del self.host_lru[name]
+            del self.host_order[name]
             del self.host_headers[name]
         self.counts[count] += len(names)
 
@@ -246,18 +250,24 @@ class TierCache:
             self._send(batch)
 
     def _send(self, batch: list[Record]) -> None:
-        """Delete the least recent disk records until `batch` fits, then hand it to the writer."""
+        """Delete the disk records first in eviction order until `batch` fits, then hand it to the writer."""
         assert self.disk is not None and self.writer is not None
         need = record_bytes(batch)
+        victims = iter(self.disk_order)  # one walk for every victim
         while self.disk.budget - self.disk.used_bytes - self.writer.pending_bytes < need:
-            if self.disk_lru:
-                victim = next(iter(self.disk_lru))
+            if self.disk_order:
+                victim = next(victims, None)
+                if victim is None:  # the walk ran out (records joined meanwhile): walk again
+                    victims = iter(self.disk_order)
+                    continue
+                if victim not in self.disk_order:  # it left after the walk began
+                    continue
                 try:
                     self.disk.remove(victim)
                 except TierError:
                     self.counts["remove_failed"] += 1
                     break  # the writer refuses what does not fit (TierFull, counted)
-                del self.disk_lru[victim]
+                del self.disk_order[victim]
                 self.counts["evicted_disk"] += 1
             elif self.writer.pending:
                 self._settle(self.writer.reap(wait=True))  # what is being written becomes evictable
@@ -268,7 +278,7 @@ class TierCache:
     def _refuse(self, names: Sequence[str], count: str) -> None:
         """Records that will not reach disk: no longer moving, their host copies dropped, counted."""
         self.moving.difference_update(names)
-        on_host = [name for name in names if name in self.host_lru]
+        on_host = [name for name in names if name in self.host_order]
         self._drop_host(on_host, count)
         self.counts[count] += len(names) - len(on_host)
 
@@ -277,7 +287,7 @@ class TierCache:
         dropped whole and counted: never half).  An injected Crash is raised here, on the caller's thread."""
         for names, error in batches:
             if error is None:
-                self.disk_lru.update((name, None) for name in names)
+                self.disk_order.add(names)
                 self.counts["stored_disk"] += len(names)
             elif isinstance(error, Crash):
                 raise error
@@ -285,7 +295,7 @@ class TierCache:
                 self._refuse(names, "dropped_too_large" if isinstance(error, TierFull) else "write_failed")
                 continue
             self.moving.difference_update(names)
-            self._drop_host([name for name in names if name in self.host_lru], "demoted")
+            self._drop_host([name for name in names if name in self.host_order], "demoted")
 
     def drain(self) -> None:
         """Wait until every batch moving to disk has settled."""
@@ -296,28 +306,27 @@ class TierCache:
         """Every record of `tier` out: host records move to disk (dropped without one), disk records are
         deleted; returns the records evicted."""
         if tier == "host":
-            held = len(self.host_lru)
-            names = [n for n in self.host_lru if n not in self.moving]
+            held = len(self.host_order)
+            names = [n for n in self.host_order if n not in self.moving]
             self._demote(names) if self.writer is not None else self._drop_host(names, "dropped_host")
             self.drain()
             return held
         assert tier == "disk" and self.disk is not None, tier
         self.drain()
-        names = list(self.disk_lru)
+        names = list(self.disk_order)
         for name in names:
             self.disk.remove(name)
-        self.disk_lru.clear()
+        self.disk_order.clear()
         self.counts["evicted_disk"] += len(names)
         return len(names)
 
     # ------------------------------------------------------------------ load
 
     def touch(self, names: Sequence[str]) -> None:
-        """Mark a prefix's records used, deepest first (heads end most recent)."""
-        for name in reversed(names):
-            lru = self.host_lru if name in self.host_lru else self.disk_lru if name in self.disk_lru else None
-            if lru is not None:
-                lru.move_to_end(name)
+        """Mark a prefix's records (root first) used in each tier's order: deepest first, heads end most
+        recent."""
+        self.host_order.touch(names)
+        self.disk_order.touch(names)
 
     def fetch(self, wanted: Sequence[Wanted]) -> list[Loaded | None]:
         """Each wanted record's checked payload with its tier and the seconds its read took, or None (a miss: not
@@ -342,7 +351,7 @@ class TierCache:
             if got is not None and got[0] == "disk":
                 self.counts["loaded_disk"] += 1
             elif got is None and self.where(want.name) == "disk":
-                del self.disk_lru[want.name]  # quarantined (kept as evidence, outside the budget) or unreadable
+                del self.disk_order[want.name]  # quarantined (kept as evidence, outside the budget) or unreadable
                 assert self.disk is not None
                 if want.name in self.disk.sizes:  # unreadable: deleted, or its bytes would leak from the budget
                     self.disk.remove(want.name)
@@ -391,10 +400,10 @@ class TierCache:
         """Counts and occupancy, for results and --json (after settling the batches already written)."""
         if self.writer is not None:
             self._settle(self.writer.reap())
-        out: dict[str, Any] = {"counts": dict(self.counts), "host_records": len(self.host_lru),
+        out: dict[str, Any] = {"counts": dict(self.counts), "host_records": len(self.host_order),
                                "host_used_bytes": self.host.used_bytes, "host_budget_bytes": self.host.budget}
         if self.disk is not None:
-            out.update(disk_records=len(self.disk_lru), disk_used_bytes=self.disk.used_bytes,
+            out.update(disk_records=len(self.disk_order), disk_used_bytes=self.disk.used_bytes,
                        disk_budget_bytes=self.disk.budget, disk_counts=dict(self.disk.counts),
                        faults_fired=dict(self.disk.faults.fired),
                        direct_io=self.disk.direct_io, direct_io_fallback=self.disk.fallback_reason)

@@ -71,7 +71,7 @@ class TierCacheMachine(RuleBasedStateMachine):
     @rule(tier=st.sampled_from(["host", "disk"]))
     def evict(self, tier: str) -> None:
         self.cache.evict(tier)
-        assert not (self.cache.host_lru if tier == "host" else self.cache.disk_lru)
+        assert not (self.cache.host_order if tier == "host" else self.cache.disk_order)
 
     @rule(fault=st.sampled_from(FAULTS), count=st.integers(1, 3))
     def arm(self, fault: str, count: int) -> None:
@@ -91,10 +91,10 @@ class TierCacheMachine(RuleBasedStateMachine):
     @rule()
     def close_and_reopen(self) -> None:
         self.cache.drain()  # a batch that failed before the faults were cleared is settled (dropped) first
-        held = set(self.cache.host_lru) | set(self.cache.disk_lru)
+        held = set(self.cache.host_order) | set(self.cache.disk_order)
         self.cache.close()
         self.cache = self._open()
-        kept = set(self.cache.disk_lru)
+        kept = set(self.cache.disk_order)
         # a clean close keeps every record the disk budget holds (the least recent go first)
         assert kept <= held and len(kept) == min(len(held), self.disk_records), (sorted(held), sorted(kept))
 
@@ -108,12 +108,12 @@ class TierCacheMachine(RuleBasedStateMachine):
         """Every indexed disk record is on disk, and every record on disk is indexed or still settling."""
         assert self.cache.disk is not None
         sizes = set(self.cache.disk.sizes)
-        assert set(self.cache.disk_lru) <= sizes <= set(self.cache.disk_lru) | self.cache.moving
+        assert set(self.cache.disk_order) <= sizes <= set(self.cache.disk_order) | self.cache.moving
 
     @invariant()
     def every_record_is_one_name_in_one_place(self) -> None:
-        assert not set(self.cache.host_lru) & set(self.cache.disk_lru)
-        for name in self.cache.host_lru:
+        assert not set(self.cache.host_order) & set(self.cache.disk_order)
+        for name in self.cache.host_order:
             assert name in {record_name(key_of(k), kind) for k in range(KEYS) for kind in KINDS}
 
 

@@ -129,7 +129,7 @@ def test_records_of_another_layout_in_the_directory_are_quarantined_at_open(tmp_
                                      token_end=8, keys=np.zeros((1, 2), np.uint64), payload_bytes=64,
                                      payload_checksum=checksum(payload)), payload)
     tiers = cache(tmp_path, host_bytes=0)
-    assert tiers.disk is not None and tiers.disk.counts["quarantined"] == 1 and not tiers.disk_lru
+    assert tiers.disk is not None and tiers.disk.counts["quarantined"] == 1 and not tiers.disk_order
     tiers.close()
 
 

@@ -42,7 +42,7 @@ def test_closing_a_host_larger_than_the_disk_keeps_the_most_recent_records(tmp_p
         tiers.put(BLOCK, key(i), 0, 8, bytes(100))
     tiers.close()
     reopened = cache(tmp_path, host_records=10, disk_records=3)
-    assert list(reopened.disk_lru) == [record_name(key(i)) for i in (5, 6, 7)]  # not emptied: the newest kept
+    assert list(reopened.disk_order) == [record_name(key(i)) for i in (5, 6, 7)]  # not emptied: the newest kept
     reopened.close()
 
 
@@ -52,7 +52,7 @@ def test_a_record_larger_than_the_disk_budget_evicts_nothing(tmp_path: Path) -> 
     tiers.drain()
     tiers.put(BLOCK, key(1), 0, 8, bytes(3 * RECORD))
     tiers.drain()
-    assert list(tiers.disk_lru) == [record_name(key(0))] and tiers.counts["dropped_too_large"] == 1
+    assert list(tiers.disk_order) == [record_name(key(0))] and tiers.counts["dropped_too_large"] == 1
     tiers.close()
 
 
@@ -61,7 +61,7 @@ def test_a_failed_read_of_a_record_on_its_way_to_disk_leaves_its_extent_alone(tm
     tiers.put(BLOCK, key(0), 0, 8, bytes(range(100)))
     tiers._demote([record_name(key(0))])  # moving to disk, the writer slowed down
     assert tiers.fetch([Wanted(BLOCK, key(0), 8, 16)]) == [None]  # a wrong range: a miss, not a drop
-    assert record_name(key(0)) in tiers.host_lru and tiers.counts["missed_host"] == 1
+    assert record_name(key(0)) in tiers.host_order and tiers.counts["missed_host"] == 1
     tiers.put(BLOCK, key(1), 0, 8, bytes(100))  # must not take the moving record's extent
     tiers.drain()
     got = tiers.fetch([Wanted(BLOCK, key(0), 0, 8)])[0]
@@ -85,8 +85,8 @@ def test_a_delete_that_fails_is_a_typed_error_and_keeps_the_record_counted(tmp_p
     tiers.put(BLOCK, key(1), 0, 8, bytes(100))  # no room and the victim cannot go: counted, nothing lost
     tiers.drain()
     monkeypatch.undo()
-    assert tiers.counts["remove_failed"] >= 1 and record_name(key(0)) in tiers.disk_lru
-    assert set(tiers.disk_lru) <= set(tiers.disk.sizes if tiers.disk else {})
+    assert tiers.counts["remove_failed"] >= 1 and record_name(key(0)) in tiers.disk_order
+    assert set(tiers.disk_order) <= set(tiers.disk.sizes if tiers.disk else {})
     tiers.close()
 
 
@@ -143,7 +143,7 @@ def test_a_finished_request_leaves_its_head_most_recent(tmp_path: Path) -> None:
     engine.generate(prompt, 2)
     assert engine.tiers is not None
     keys = engine.manager.block_keys(engine.manager.add_request(prompt))
-    order = list(engine.tiers.cache.host_lru)
+    order = list(engine.tiers.cache.host_order)
     assert len(order) == 8
     blocks = [order.index(record_name(k, BLOCK)) for k in keys]
     assert blocks == sorted(blocks, reverse=True)  # the head block is the most recent, the tail the least
@@ -172,7 +172,7 @@ def test_anything_named_like_a_record_that_is_not_one_is_set_aside_and_counted(t
         entry.write_bytes(b"garbage")
     for _ in range(2):  # the open that finds it, and the next one
         reopened = cache(tmp_path, host_records=0, disk_records=4)
-        assert list(reopened.disk_lru) == [good]  # the valid record still served
+        assert list(reopened.disk_order) == [good]  # the valid record still served
         assert reopened.disk is not None
         reopened.close()
     assert not (records / stray).is_symlink() and not (records / stray).exists()
