@@ -5,7 +5,7 @@
 
 Two sections.  **Stores**: the stores alone, on records of `--record-kib` KiB.
 
-- host offload: `HostStore.put` of every record against `numpy.copyto` of the
+- host offload: `HostArena.put` of every record against `numpy.copyto` of the
   same bytes into a preallocated buffer; host reload: copying each record's
   view back into a device-like array against `numpy.copyto` of the same bytes;
 - disk offload: `DiskStore.put_many` of every record as one batch (header,
@@ -73,7 +73,7 @@ from hkv_core.layout import EntryKind, Layout  # noqa: E402
 from hkv_core.manager import Allocation, CacheManager, ManagerConfig  # noqa: E402
 from hkv_core.tiers.record import RecordHeader, checksum  # noqa: E402
 from hkv_exec_ref.executor import NUMPY_DTYPES, RefExecutor  # noqa: E402
-from hkv_tiers import DiskStore, HostStore, TierCache, span_io  # noqa: E402
+from hkv_tiers import DiskStore, HostArena, TierCache, span_io  # noqa: E402
 from hkv_tiers.tier_cache import Wanted  # noqa: E402
 
 FINGERPRINT = Layout.from_preset("deepseek_v4_flash").fingerprint()
@@ -93,7 +93,7 @@ def header(payload: bytes, i: int) -> RecordHeader:
 
 def host_runs(records: list[np.ndarray]) -> dict[str, float]:
     total = sum(r.nbytes for r in records)
-    store, flat = HostStore(total + 4096 * len(records)), np.empty(total, np.uint8)
+    store, flat = HostArena(total + 4096 * len(records)), np.empty(total, np.uint8)
     device = [np.empty_like(r) for r in records]
     for buffer in (flat, *device):  # every buffer resident before timing: no side pays the first-touch faults
         buffer.fill(0)

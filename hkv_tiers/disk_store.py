@@ -33,12 +33,12 @@ import attrs
 import numpy as np
 from numpy.typing import NDArray
 
-from hkv_core.errors import RecordCorrupt, TierError, TierFull
+from hkv_core.errors import InvalidArgument, RecordCorrupt, TierError, TierFull
 from hkv_core.tiers.record import ALIGN_BYTES, HEADER_BYTES, RecordHeader, checksum, pack_header, unpack_header
 from hkv_tiers.fault_switch import take_fault
+from hkv_tiers.record_check import Buffer, Loaded, Wanted, check_record
 
 TIER = "disk"
-Buffer = bytes | memoryview | NDArray[np.uint8]  # what records are written from
 RECORD_SUFFIX, TEMP_SUFFIX, BAD_SUFFIX = ".rec", ".tmp", ".bad"
 
 
@@ -84,10 +84,15 @@ class DiskFaults:
 
 
 class DiskStore:
-    """Records of one layout in one directory, within `budget_bytes` (header and padding included)."""
+    """Records of one layout in one directory, within `budget_bytes` (header and padding included): a Store
+    (store.py) whose `fetch` checks records against the span ABI id `abi_id` (a store built without one reads
+    with `get` only)."""
+
+    tier = TIER
 
     def __init__(self, directory: str | Path, budget_bytes: int, layout_fingerprint: str, *,
-                 direct: bool = True, faults: DiskFaults | None = None) -> None:
+                 direct: bool = True, faults: DiskFaults | None = None, abi_id: str | None = None) -> None:
+        self.abi_id = abi_id
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.budget, self.fingerprint = int(budget_bytes), layout_fingerprint
@@ -263,6 +268,36 @@ class DiskStore:
         with self.lock:
             self.counts["read"] += 1
         return header, payload
+
+    def holds(self, names: Sequence[str]) -> set[str]:
+        with self.lock:
+            return {name for name in names if name in self.sizes}
+
+    def fetch(self, wanted: Sequence[Wanted]) -> list[Loaded | None]:
+        """Each wanted record's checked payload (`get`, then the load's own checks: record_check), or None:
+        not held, unreadable, or failing a check (quarantined)."""
+        if self.abi_id is None:
+            raise InvalidArgument(action="DiskStore.fetch", argument="abi_id", value=None,
+                                  reason="the store was built without the span ABI id its records must carry")
+        return [self._read(want) for want in wanted]
+
+    def _read(self, want: Wanted) -> Loaded | None:
+        assert self.abi_id is not None
+        began, name = time.perf_counter(), want.name
+        try:
+            header, view = self.get(name)  # quarantines what fails the record's own checks
+        except TierError:  # RecordCorrupt included, and a record not held
+            return None
+        try:
+            check_record(TIER, header, view, want, fingerprint=self.fingerprint, abi_id=self.abi_id,
+                         checked=True)  # get checked the payload
+        except RecordCorrupt:
+            self.quarantine(name)
+            return None
+        return TIER, view, time.perf_counter() - began
+
+    def close(self) -> None:
+        """Nothing to let go: every record is durable once put (the directory's lock is cache_dir.py's)."""
 
     def _checked_header(self, data: bytes, name: str) -> RecordHeader:
         header = unpack_header(data[:HEADER_BYTES], name)

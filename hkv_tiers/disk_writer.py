@@ -17,7 +17,8 @@ import attrs
 import numpy as np
 
 from hkv_core.tiers.record import HEADER_BYTES, UNSUMMED, RecordHeader, checksum
-from hkv_tiers.disk_store import Buffer, DiskStore
+from hkv_tiers.disk_store import DiskStore
+from hkv_tiers.record_check import Buffer
 
 Record = tuple[str, RecordHeader, Buffer]  # name, header, the payload or the record's whole image
 

@@ -1,111 +1,94 @@
-"""The host tier: records in one preallocated byte arena with a fixed budget.
+"""The host tier: records of one layout in a preallocated arena (host_arena.py), each header kept parsed beside
+its bytes.
 
-The arena is allocated once (`budget_bytes`, rounded up to 4,096), page
-aligned; records take 4,096-byte aligned extents, first fit from an ordered
-free list that is coalesced on every free, so nothing grows after
-construction.  `put` copies a record in (TierFull, nothing changed, when no
-extent is large enough), `reserve` hands out a record's extent to fill in
-place, `view` returns a read-only view of its bytes (no copy), `image` the
-whole extent (the bytes, then zeros to 4,096: what O_DIRECT writes straight to
-disk), `get` a copy, `drop` frees it.
+A record's extent holds its packed header, then its payload (what O_DIRECT writes straight to disk when the
+record moves there: `image`).  `reserve(name, header)` hands out the payload's place to fill in place;
+`fetch` checks every record against what the load wants before it returns a view of it (its payload checksum
+too, unless it was never computed: host records live in process memory, trusted like the device pools, and
+the disk writer computes the sum on the way down).  A record that fails is left where it is for the caller
+to drop (TierCache: it may be on its way to disk).
 """
 
 from __future__ import annotations
 
-import bisect
+import time
+from collections.abc import Sequence
 
 import numpy as np
 from numpy.typing import NDArray
 
-from hkv_core.errors import TierError, TierFull
-from hkv_core.tiers.record import ALIGN_BYTES, padded
-
-TIER = "host"
+from hkv_core.errors import RecordCorrupt
+from hkv_core.tiers.record import HEADER_BYTES, UNSUMMED, RecordHeader, pack_header
+from hkv_tiers.host_arena import TIER, HostArena
+from hkv_tiers.record_check import Buffer, Loaded, Wanted, check_record
 
 
 class HostStore:
-    """Named byte records in a fixed arena (see the module docstring)."""
+    """The host tier's records (see the module docstring): a Store (store.py)."""
 
-    def __init__(self, budget_bytes: int) -> None:
-        size = padded(int(budget_bytes))
-        raw = np.empty(size + ALIGN_BYTES, np.uint8)  # numpy's allocation: huge pages where the kernel offers them
-        start = -raw.ctypes.data % ALIGN_BYTES
-        self.arena = raw[start:start + size]  # page aligned: extents can go to disk with O_DIRECT
-        self.arena.fill(0)  # committed now, not at the first offload (preallocated means resident)
-        self.budget = size
-        self.free: list[tuple[int, int]] = [(0, size)] if size else []  # (start, length), ordered by start
-        self.records: dict[str, tuple[int, int]] = {}  # name -> (start, bytes)
+    tier = TIER
+
+    def __init__(self, budget_bytes: int, *, fingerprint: str, abi_id: str) -> None:
+        self.arena = HostArena(budget_bytes)
+        self.fingerprint, self.abi_id = fingerprint, abi_id
+        self.headers: dict[str, RecordHeader] = {}  # each record's header, as packed into its extent
+
+    @property
+    def budget(self) -> int:
+        return self.arena.budget
 
     @property
     def used_bytes(self) -> int:
-        return sum(padded(n) for _, n in self.records.values())
+        return self.arena.used_bytes
 
-    def put(self, name: str, data: bytes | NDArray[np.uint8]) -> None:
-        """Copy `data` in as record `name` (replacing one of that name); TierFull when no extent fits."""
-        src = np.frombuffer(data, np.uint8) if isinstance(data, bytes | bytearray) else data.reshape(-1).view(np.uint8)
-        np.copyto(self.reserve(name, src.size), src)
+    @property
+    def largest_free(self) -> int:
+        return self.arena.largest_free
 
-    def reserve(self, name: str, nbytes: int) -> NDArray[np.uint8]:
-        """The writable extent of a record `name` of `nbytes` (replacing one of that name), its padding zeroed;
-        TierFull, nothing changed, when no extent fits."""
-        need = padded(nbytes)
-        old = self.records.get(name)
-        if old is not None and padded(old[1]) >= need:  # rewrite in place; a shorter record frees its tail
-            start = old[0]
-            if padded(old[1]) > need:
-                self._release(start + need, padded(old[1]) - need)
-        else:
-            at = next((i for i, (_, length) in enumerate(self.free) if length >= need), -1)
-            if at < 0:
-                largest = max((length for _, length in self.free), default=0)
-                raise TierFull(tier=TIER, record=name, needed=need, free=largest, budget=self.budget)
-            start, length = self.free[at]
-            if length == need:
-                del self.free[at]
-            else:
-                self.free[at] = (start + need, length - need)
-            if old is not None:
-                self._release(*old)
-        self.arena[start + nbytes:start + need] = 0
-        self.records[name] = (start, nbytes)
-        return self.arena[start:start + nbytes]
+    def __contains__(self, name: object) -> bool:
+        return name in self.headers
 
-    def view(self, name: str) -> NDArray[np.uint8]:
-        """The record's bytes, read-only and without a copy (valid until it is dropped or replaced)."""
-        start, size = self._find(name)
-        out = self.arena[start:start + size]
-        out.flags.writeable = False
-        return out
+    def __len__(self) -> int:
+        return len(self.headers)
+
+    def reserve(self, name: str, header: RecordHeader) -> NDArray[np.uint8]:
+        """The writable payload of a new record `name` (header packed in front of it); TierFull, nothing
+        changed, when no extent fits.  Fill it before the next call, or `remove` it."""
+        image = self.arena.reserve(name, HEADER_BYTES + header.payload_bytes)
+        image[:HEADER_BYTES] = np.frombuffer(pack_header(header), np.uint8)
+        self.headers[name] = header
+        return image[HEADER_BYTES:]
+
+    def put(self, name: str, header: RecordHeader, payload: Buffer) -> None:
+        src = np.frombuffer(payload, np.uint8)
+        np.copyto(self.reserve(name, header), src)
+
+    def header(self, name: str) -> RecordHeader:
+        return self.headers[name]
 
     def image(self, name: str) -> NDArray[np.uint8]:
-        """The record's whole extent, read-only: its bytes, then zeros to a multiple of 4,096."""
-        start, size = self._find(name)
-        out = self.arena[start:start + padded(size)]
-        out.flags.writeable = False
-        return out
+        """The record's whole extent, read-only: header, payload, zeros to a multiple of 4,096."""
+        return self.arena.image(name)
 
-    def get(self, name: str) -> bytes:
-        return self.view(name).tobytes()
+    def holds(self, names: Sequence[str]) -> set[str]:
+        return {name for name in names if name in self.headers}
 
-    def drop(self, name: str) -> None:
-        self._release(*self._find(name))
-        del self.records[name]
+    def fetch(self, wanted: Sequence[Wanted]) -> list[Loaded | None]:
+        return [self._read(want) if want.name in self.headers else None for want in wanted]
 
-    def _find(self, name: str) -> tuple[int, int]:
-        found = self.records.get(name)
-        if found is None:
-            raise TierError(tier=TIER, record=name, reason="no such record")
-        return found
+    def _read(self, want: Wanted) -> Loaded | None:
+        began, header = time.perf_counter(), self.headers[want.name]
+        payload = self.arena.view(want.name)[HEADER_BYTES:HEADER_BYTES + header.payload_bytes]  # a view
+        try:
+            check_record(TIER, header, payload, want, fingerprint=self.fingerprint, abi_id=self.abi_id,
+                         checked=header.payload_checksum == UNSUMMED)
+        except RecordCorrupt:
+            return None
+        return TIER, payload, time.perf_counter() - began
 
-    def _release(self, start: int, size: int) -> None:
-        """Give an extent back, merging it with free neighbours."""
-        length = padded(size)
-        at = bisect.bisect_left(self.free, (start, 0))
-        if at < len(self.free) and self.free[at][0] == start + length:  # merge with the next
-            length += self.free.pop(at)[1]
-        if at > 0 and sum(self.free[at - 1]) == start:  # merge with the previous
-            start, length = self.free[at - 1][0], self.free[at - 1][1] + length
-            at -= 1
-            del self.free[at]
-        self.free.insert(at, (start, length))
-        assert start % ALIGN_BYTES == 0 and length % ALIGN_BYTES == 0
+    def remove(self, name: str) -> None:
+        if self.headers.pop(name, None) is not None:
+            self.arena.drop(name)
+
+    def close(self) -> None:
+        """Nothing to let go: the arena is process memory."""

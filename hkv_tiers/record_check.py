@@ -17,8 +17,9 @@ from numpy.typing import NDArray
 from hkv_core.errors import RecordCorrupt
 from hkv_core.layout import PoolSpec
 from hkv_core.tiers.record import RecordHeader, checksum
-from hkv_tiers.disk_store import Buffer
 from hkv_tiers.span_io import BLOCK, POINT
+
+Buffer = bytes | memoryview | NDArray[np.uint8]  # what records are written from and read into
 
 
 def record_name(key: NDArray[np.uint64], kind: str = BLOCK) -> str:

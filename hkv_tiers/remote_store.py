@@ -39,10 +39,9 @@ from numpy.typing import NDArray
 
 from hkv_core.errors import RecordCorrupt, TierError, TierFull
 from hkv_core.tiers.record import HEADER_BYTES, UNSUMMED, RecordHeader, checksum, pack_header, unpack_header
-from hkv_tiers.disk_store import Buffer
-from hkv_tiers.host_store import HostStore
+from hkv_tiers.host_arena import HostArena
 from hkv_tiers.mooncake_client import connect
-from hkv_tiers.record_check import Loaded, Wanted, check_record
+from hkv_tiers.record_check import Buffer, Loaded, Wanted, check_record
 from hkv_tiers.remote_config import RemoteFaults, RemoteTierConfig
 
 TIER = "remote"
@@ -54,9 +53,12 @@ T = TypeVar("T")
 
 
 class RemoteStore:
-    """One instance's view of a shared Mooncake Store (see the module docstring).  With `client` (a Mooncake
+    """One instance's view of a shared Mooncake Store (see the module docstring): a Store (store.py) whose
+    `put` publishes on a worker, `holds` locates and `budget` is the staging arena's.  With `client` (a Mooncake
     client already set up, e.g. shared by several stores in one process) no connection is made and `close`
     leaves that client open; otherwise the store connects (`mooncake_client.connect`) and closes its own."""
+
+    tier = TIER
 
     def __init__(self, config: RemoteTierConfig, *, fingerprint: str, abi_id: str, model_id: str,
                  client: Any = None) -> None:
@@ -67,7 +69,7 @@ class RemoteStore:
         self.problems: Counter[str] = Counter()  # why records were dropped
         self.lock = threading.Lock()  # counts, staging, availability: workers report on their threads
         try:  # before connecting: a failed allocation leaves no client
-            self.staging = HostStore(config.staging_bytes)
+            self.staging = HostArena(config.staging_bytes)
         except (MemoryError, ValueError, OverflowError, OSError) as err:
             raise TierError(tier=TIER, record="staging", reason=f"cannot preallocate {config.staging_bytes:,} "
                             f"bytes ({type(err).__name__})") from None
@@ -89,6 +91,15 @@ class RemoteStore:
         self.closed = False
 
     # ------------------------------------------------------------------ state
+
+    @property
+    def budget(self) -> int:
+        return self.staging.budget
+
+    @property
+    def used_bytes(self) -> int:
+        with self.lock:
+            return self.staging.used_bytes
 
     def key(self, name: str) -> str:
         """Record `name`'s key in the store: `<namespace>/<model digest>/<name>`."""
@@ -162,6 +173,10 @@ class RemoteStore:
         self.bad.discard(name)  # recomputed here: what this instance puts under the name is good
         self.publishing.append(self.pool.submit(self._put, name, header, slot))
 
+    def put(self, name: str, header: RecordHeader, payload: Buffer) -> None:
+        """`publish` (the Store interface's name for it)."""
+        self.publish(name, header, payload)
+
     def _put(self, name: str, header: RecordHeader, slot: Slot) -> None:
         """On a worker: checksum the payload, pack the header in front of it, put it (faults applied)."""
         image = slot[1]
@@ -221,6 +236,10 @@ class RemoteStore:
             return set()
         self._count("lookups")
         return {name for name, code in zip(names, codes, strict=True) if code == 1}
+
+    def holds(self, names: Sequence[str]) -> set[str]:
+        """`locate` (the Store interface's name for it)."""
+        return self.locate(names)
 
     def fetch(self, wanted: Sequence[Wanted]) -> list[Loaded | None]:
         """Each wanted record's checked payload (a view valid until the next fetch) with the seconds its share of
@@ -316,6 +335,11 @@ class RemoteStore:
             self.counts["dropped_bad"] += 1
             self.problems[reason.split(":")[0]] += 1
         self.pool.submit(self._remove, name)
+
+    def remove(self, name: str) -> None:
+        """Delete record `name` from the shared store (within the deadline; nothing while unavailable)."""
+        if self.available:
+            self._call("remove", self._remove, name)
 
     def _remove(self, name: str) -> None:
         rc = self.client.remove(self.key(name), True)

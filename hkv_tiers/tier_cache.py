@@ -21,27 +21,27 @@ what survived.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from hkv_core.errors import RecordCorrupt, TierError, TierFull
+from hkv_core.errors import TierError, TierFull
 from hkv_core.layout import PoolSpec
 from hkv_core.manager.config import EVICTIONS
-from hkv_core.tiers.record import HEADER_BYTES, UNSUMMED, RecordHeader, pack_header
+from hkv_core.tiers.record import HEADER_BYTES, UNSUMMED, RecordHeader
 from hkv_tiers.cache_dir import RECORDS_DIR, CacheDirectory, checked_directory
-from hkv_tiers.disk_store import Buffer, Crash, DiskFaults, DiskStore
+from hkv_tiers.disk_store import Crash, DiskFaults, DiskStore
 from hkv_tiers.disk_writer import DiskWriter, Record, record_bytes
 from hkv_tiers.host_store import HostStore
-from hkv_tiers.record_check import Loaded, Wanted, check_record, record_name, span_abi_id
+from hkv_tiers.record_check import Buffer, Loaded, Wanted, record_name, span_abi_id
 from hkv_tiers.remote_config import RemoteTierConfig
 from hkv_tiers.remote_store import RemoteStore
+from hkv_tiers.store import Store
 from hkv_tiers.tier_order import TierOrder
 
 
@@ -58,12 +58,11 @@ class TierCache:
         self.host_order = TierOrder(eviction)  # the policy `eviction` names orders each tier (tier_order.py)
         self.disk_order = TierOrder(eviction)
         try:
-            self.host = HostStore(host_bytes)
+            self.host = HostStore(host_bytes, fingerprint=self.fingerprint, abi_id=self.abi_id)
         except (MemoryError, ValueError, OverflowError, OSError) as err:
             raise TierError(tier="host", record="arena", reason=f"cannot preallocate {host_bytes:,} bytes "
                             f"({type(err).__name__})") from None
         self.remote: RemoteStore | None = None
-        self.host_headers: dict[str, RecordHeader] = {}  # each host record's header, as packed into its image
         self.counts: Counter[str] = Counter()
         self.directory = directory
         self.disk: DiskStore | None = None
@@ -88,7 +87,8 @@ class TierCache:
         self.claimed = CacheDirectory(self.directory)
         try:
             self.claimed.claim(self.fingerprint, model_id, key_seed)
-            self.disk = DiskStore(self.directory / RECORDS_DIR, disk_bytes, self.fingerprint, faults=faults)
+            self.disk = DiskStore(self.directory / RECORDS_DIR, disk_bytes, self.fingerprint, faults=faults,
+                                  abi_id=self.abi_id)
             self.writer = DiskWriter(self.disk)
         except OSError as err:
             self.abandon()
@@ -130,12 +130,19 @@ class TierCache:
         """The tier holding record `name` (host first: a record moving to disk is read from the host), or None."""
         return "host" if name in self.host_order else "disk" if name in self.disk_order else None
 
+    def stores(self) -> list[Store]:
+        """This cache's tiers, nearest first: host, then disk and remote where it has them."""
+        return [store for store in (self.host, self.disk, self.remote) if store is not None]
+
     def locate(self, names: Sequence[str]) -> dict[str, str | None]:
-        """The tier holding each of `names`: the local tiers first, then one lookup in the remote store."""
-        found = {name: self.where(name) for name in names}
-        if self.remote is not None:
-            found.update(dict.fromkeys(self.remote.locate([n for n, tier in found.items() if tier is None]),
-                                       "remote"))
+        """The tier holding each of `names`, asking each store in turn, nearest first, for what the nearer ones
+        lack (the remote store: one lookup)."""
+        found: dict[str, str | None] = dict.fromkeys(names)
+        for store in self.stores():
+            missing = [name for name, tier in found.items() if tier is None]
+            if not missing:
+                break
+            found.update(dict.fromkeys(store.holds(missing), store.tier))
         return found
 
     def put(self, kind: str, key: NDArray[np.uint64], lo: int, hi: int, payload: Buffer) -> None:
@@ -155,36 +162,33 @@ class TierCache:
         if self.where(name) is not None or name in self.moving:
             self.counts["put_present"] += 1
             return
+        header = self._header(kind, key, lo, hi, nbytes)
         if self._make_host_room(HEADER_BYTES + nbytes):
-            image = self.host.reserve(name, HEADER_BYTES + nbytes)
+            payload = self.host.reserve(name, header)
             try:
-                fill(image[HEADER_BYTES:])
+                fill(payload)
             except BaseException:
-                self.host.drop(name)
+                self.host.remove(name)
                 raise
-            header = self._header(kind, key, lo, hi, image[HEADER_BYTES:])
-            image[:HEADER_BYTES] = np.frombuffer(pack_header(header), np.uint8)
-            self.host_headers[name] = header  # parsed once: host reads and demotions check it, not the bytes
             self.host_order.add([name])
             self.counts["stored_host"] += 1
             if publish and self.remote is not None:
-                self.remote.publish(name, header, image[HEADER_BYTES:])
+                self.remote.put(name, header, payload)
             self._demote_early()
         elif self.writer is not None or (publish and self.remote is not None):
             payload = np.empty(nbytes, np.uint8)
             fill(payload)
-            header = self._header(kind, key, lo, hi, payload)
             if publish and self.remote is not None:
-                self.remote.publish(name, header, payload)
+                self.remote.put(name, header, payload)
             if self.writer is not None:
                 self.moving.add(name)
                 self._submit([(name, header, payload)])
 
-    def _header(self, kind: str, key: NDArray[np.uint64], lo: int, hi: int, payload: Buffer) -> RecordHeader:
+    def _header(self, kind: str, key: NDArray[np.uint64], lo: int, hi: int, nbytes: int) -> RecordHeader:
         """A record's header; its payload checksum is left UNSUMMED: the writer thread computes it on the way to
         disk (host records live in process memory, trusted like the device pools)."""
         return RecordHeader(layout_fingerprint=self.fingerprint, kind=kind, abi_id=self.abi_id, token_start=lo,
-                            token_end=hi, keys=np.asarray(key, np.uint64).reshape(1, 2), payload_bytes=len(payload),
+                            token_end=hi, keys=np.asarray(key, np.uint64).reshape(1, 2), payload_bytes=nbytes,
                             payload_checksum=UNSUMMED)
 
     def _make_host_room(self, nbytes: int) -> bool:
@@ -192,7 +196,7 @@ class TierCache:
         False when they cannot."""
         if nbytes > self.host.budget:
             return False
-        while self._largest_free() < nbytes:
+        while self.host.largest_free < nbytes:
             idle = [n for n in self.host_order if n not in self.moving]
             if self.writer is not None and self.writer.pending:
                 self._settle(self.writer.reap(wait=True))  # room comes back when a batch settles
@@ -210,14 +214,10 @@ class TierCache:
         idle = [n for n in self.host_order if n not in self.moving]
         self._demote(idle[:max(1, len(idle) // 4)])
 
-    def _largest_free(self) -> int:
-        return max((length for _, length in self.host.free), default=0)
-
     def _drop_host(self, names: Sequence[str], count: str) -> None:
         for name in names:
-            self.host.drop(name)
+            self.host.remove(name)
             del self.host_order[name]
-            del self.host_headers[name]
         self.counts[count] += len(names)
 
     def _demote(self, names: Sequence[str]) -> None:
@@ -228,7 +228,7 @@ class TierCache:
         records: list[Record] = []
         for name in names:  # the arena extent is the record's image: written to disk with no copy
             image = self.host.image(name)
-            records.append((name, self.host_headers[name], image))
+            records.append((name, self.host.header(name), image))
         self.moving.update(names)  # pinned: the extents stay until the batch settles
         self._submit(records)
 
@@ -338,15 +338,16 @@ class TierCache:
         for i, want in enumerate(wanted):
             tier = self.where(want.name)
             if tier == "disk":
-                jobs.append(self.loader.submit(self._read_disk, want))
+                assert self.disk is not None
+                jobs.append(self.loader.submit(self.disk.fetch, [want]))
             else:
-                jobs.append(self._read_host(want) if tier == "host" else None)
+                jobs.append([self._read_host(want) if tier == "host" else None])
                 distant += [i] if tier is None else []
         if self.remote is not None:
             for i, got in zip(distant, self.remote.fetch([wanted[i] for i in distant]), strict=True):
-                jobs[i] = got
+                jobs[i] = [got]
                 self.counts["loaded_remote" if got is not None else "missed_remote"] += 1
-        out = [job.result() if hasattr(job, "result") else job for job in jobs]
+        out: list[Loaded | None] = [(job.result() if isinstance(job, Future) else job)[0] for job in jobs]
         for want, got in zip(wanted, out, strict=True):
             if got is not None and got[0] == "disk":
                 self.counts["loaded_disk"] += 1
@@ -366,35 +367,17 @@ class TierCache:
                        publish=False)
 
     def _read_host(self, want: Wanted) -> Loaded | None:
-        began, name = time.perf_counter(), want.name
-        header, data = self.host_headers[name], self.host.view(name)
-        try:
-            payload = data[HEADER_BYTES:HEADER_BYTES + header.payload_bytes]  # a view: used before any put
-            check_record("host", header, payload, want, fingerprint=self.fingerprint, abi_id=self.abi_id,
-                         checked=header.payload_checksum == UNSUMMED)
-        except RecordCorrupt:
-            if name in self.moving:  # its extent is being written to disk: freed when the batch settles
+        """The host store's checked record; one that fails is dropped and counted (or, on its way to disk, left
+        for the batch to free)."""
+        got = self.host.fetch([want])[0]
+        if got is None:
+            if want.name in self.moving:  # its extent is being written to disk: freed when the batch settles
                 self.counts["missed_host"] += 1
             else:
-                self._drop_host([name], "quarantined_host")
+                self._drop_host([want.name], "quarantined_host")
             return None
         self.counts["loaded_host"] += 1
-        return "host", payload, time.perf_counter() - began
-
-    def _read_disk(self, want: Wanted) -> Loaded | None:
-        assert self.disk is not None
-        began, name = time.perf_counter(), want.name
-        try:
-            header, view = self.disk.get(name)  # quarantines what fails the record's own checks
-        except TierError:  # RecordCorrupt included
-            return None
-        try:
-            check_record("disk", header, view, want, fingerprint=self.fingerprint, abi_id=self.abi_id,
-                         checked=True)  # DiskStore.get checked the payload
-        except RecordCorrupt:
-            self.disk.quarantine(name)
-            return None
-        return "disk", view, time.perf_counter() - began
+        return got
 
     def report(self) -> dict[str, Any]:
         """Counts and occupancy, for results and --json (after settling the batches already written)."""

@@ -128,7 +128,7 @@ def test_an_engine_whose_tiers_run_the_adaptive_policy_serves_exactly(tmp_path: 
         sessions.round(engine)
     counts = cache.report()["counts"]
     assert counts["demoted"] > 0 and counts["loaded_disk"] > 0 and counts["loaded_host"] > 0, counts
-    assert set(cache.host_order) == set(cache.host.records)  # the order holds exactly the arena's records
+    assert set(cache.host_order) == set(cache.host.headers)  # the order holds exactly the arena's records
     assert pages_leaked(engine) == {}
     engine.close()
     reopened = tiny(tmp_path, eviction="adaptive")

@@ -8,11 +8,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hkv_core.errors import TierError, TierFull
-from hkv_tiers import HostStore
+from hkv_tiers import HostArena
 
 
 def test_put_view_get_drop() -> None:
-    store = HostStore(3 * 4096)
+    store = HostArena(3 * 4096)
     store.put("a", b"x" * 5000)
     store.put("b", np.arange(100, dtype=np.float32))
     assert store.get("a") == b"x" * 5000 and store.used_bytes == 3 * 4096
@@ -31,7 +31,7 @@ def test_put_view_get_drop() -> None:
 
 @given(st.lists(st.tuples(st.sampled_from("abcdef"), st.integers(0, 3), st.integers(1, 9000)), max_size=40))
 def test_any_sequence_keeps_records_intact_and_frees_everything(ops: list[tuple[str, int, int]]) -> None:
-    store, model = HostStore(8 * 4096), {}
+    store, model = HostArena(8 * 4096), {}
     for name, kind, size in ops:
         if kind == 0 and name in model:
             store.drop(name)
