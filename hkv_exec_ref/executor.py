@@ -48,6 +48,8 @@ class RefExecutor:
         self._tally_lock = threading.Lock()  # row copies may run on a tier's threads
         self._authority: PlanAuthority | None = None
         self._addresses: dict[str, int] = {}
+        self._shapes: dict[str, tuple[int, ...]] = {}  # each pool's shape and item size, fixed at bind
+        self._itemsizes: dict[str, int] = {}
 
     # -- bind -----------------------------------------------------------------------------
 
@@ -78,6 +80,8 @@ class RefExecutor:
             self.bindings[binding.name] = binding
         self._authority = authority
         self._addresses = self.addresses()
+        self._shapes = {name: array.shape for name, array in self.pools.items()}
+        self._itemsizes = {name: array.itemsize for name, array in self.pools.items()}
         return dict(self._addresses)
 
     def addresses(self) -> dict[str, int]:
@@ -97,10 +101,8 @@ class RefExecutor:
                                   reason=f"must be a hkv_core.plan.Plan, got {type(plan).__name__}")
         assert self._authority is not None
         buffers = records or {}
-        shapes = {name: array.shape for name, array in self.pools.items()}
-        itemsizes = {name: array.itemsize for name, array in self.pools.items()}
         for op in plan.ops:
-            check_op(op, shapes, buffers, itemsizes)
+            check_op(op, self._shapes, buffers, self._itemsizes)
         self._authority.verify(plan)
         digests, moved, copied = [], 0, 0
         for op in plan.ops:
@@ -113,7 +115,8 @@ class RefExecutor:
         self.tally.ops += len(plan.ops)
         self.tally.pages_moved += moved
         self.tally.entries_copied += copied
-        assert self._addresses == self.addresses(), "a pool moved: pools are static"
+        assert all(self._addresses[op.pool] == _address(self.pools[op.pool]) for op in plan.ops), \
+            "a pool moved: pools are static"
         return Completion(digests=tuple(digests), ops_run=len(plan.ops), pages_moved=moved, entries_copied=copied)
 
     def _copy(self, op: CopyPages, records: Mapping[str, NDArray[Any]]) -> None:

@@ -36,10 +36,7 @@ class HostArena:
         self.budget = size
         self.free: list[tuple[int, int]] = [(0, size)] if size else []  # (start, length), ordered by start
         self.records: dict[str, tuple[int, int]] = {}  # name -> (start, bytes)
-
-    @property
-    def used_bytes(self) -> int:
-        return sum(padded(n) for _, n in self.records.values())
+        self.used_bytes = 0  # the records' extents (padded), kept as they come and go
 
     def put(self, name: str, data: bytes | NDArray[np.uint8]) -> None:
         """Copy `data` in as record `name` (replacing one of that name); TierFull when no extent fits."""
@@ -68,6 +65,7 @@ class HostArena:
             if old is not None:
                 self._release(*old)
         self.arena[start + nbytes:start + need] = 0
+        self.used_bytes += need - (padded(old[1]) if old is not None else 0)
         self.records[name] = (start, nbytes)
         return self.arena[start:start + nbytes]
 
@@ -94,7 +92,9 @@ class HostArena:
         return self.view(name).tobytes()
 
     def drop(self, name: str) -> None:
-        self._release(*self._find(name))
+        start, size = self._find(name)
+        self._release(start, size)
+        self.used_bytes -= padded(size)
         del self.records[name]
 
     def _find(self, name: str) -> tuple[int, int]:

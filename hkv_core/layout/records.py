@@ -56,7 +56,7 @@ class LayerGroup:
         return self.kind is AttentionKind.CSA
 
 
-@attrs.frozen(kw_only=True)
+@attrs.frozen(kw_only=True, cache_hash=True)
 class PoolSpec:
     """Geometry of one pool: the pages of one (group, object kind, entry kind).
 

@@ -140,6 +140,14 @@ def test_every_op_does_what_it_says() -> None:
             assert np.array_equal(ex.pools[name], before[name])
 
 
+def test_a_pool_replaced_after_bind_is_caught_by_the_next_plan_over_it() -> None:
+    """Pools are static: a plan over a pool whose buffer moved after bind fails its check (a debug assert)."""
+    ex, _ = bound()
+    ex.pools[WINDOW] = ex.pools[WINDOW].copy()  # what an engine that reallocates a pool would do
+    with pytest.raises(AssertionError, match="a pool moved"):
+        ex.run(sample_plan(), records=records())
+
+
 def test_replaying_a_plan_on_two_executors_gives_the_same_bytes() -> None:
     (a, _), (b, _) = bound(), bound()
     plan = Plan.from_json(sample_plan().to_json())

@@ -46,7 +46,8 @@ def test_any_sequence_keeps_records_intact_and_frees_everything(ops: list[tuple[
         assert {n: store.get(n) for n in model} == model
         extents = sorted([(s, -(-n // 4096) * 4096) for s, n in store.records.values()] + store.free)
         assert sum(length for _, length in extents) == store.budget  # records and free extents tile the arena
+        assert store.used_bytes == sum(-(-n // 4096) * 4096 for _, n in store.records.values())  # kept as it goes
         assert all(a + la == b for (a, la), (b, _) in zip(extents, extents[1:], strict=False))
     for name in list(model):
         store.drop(name)
-    assert store.free == [(0, store.budget)]
+    assert store.free == [(0, store.budget)] and store.used_bytes == 0
