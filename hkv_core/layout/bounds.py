@@ -31,6 +31,7 @@ CONFIG_FILE_BYTES_MAX = 16 << 20  # a config file read from disk (config.json, .
 KEY_MAXIMUM: dict[str, int] = {
     "num_hidden_layers": LAYERS_MAX,
     "max_window_layers": LAYERS_MAX,
+    "sliding_window_pattern": LAYERS_MAX,  # Gemma 3: every N-th layer is full
     "num_nextn_predict_layers": MTP_LAYERS_MAX,
     "num_attention_heads": HEADS_MAX,
     "num_key_value_heads": HEADS_MAX,

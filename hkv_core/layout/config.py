@@ -66,6 +66,11 @@ def parse_config(
                           source=source, key="<root>")
     reader = ConfigReader(config, source=source)
     type_name, model_type = _model_type(reader)
+    if model_type.text_config:
+        reader = _text_config(reader, type_name, model_type)
+    if model_type.defaults:  # what transformers' config class fills in where the file is silent (or null)
+        given = {key: value for key, value in reader.config.items() if value is not None}
+        reader = ConfigReader({**dict(model_type.defaults), **given}, source=reader.source)
     main = reader.integer("num_hidden_layers", minimum=1)
     mtp = reader.integer("num_nextn_predict_layers", default=0)
     heads = _attention_heads(reader)
@@ -93,6 +98,21 @@ def _model_type(reader: ConfigReader) -> tuple[str, ModelType]:
         if reader.present(key):
             reader.fail(key, f"a {name!r} config must not have {key!r}: {why}")
     return name, model_type
+
+
+def _text_config(reader: ConfigReader, type_name: str, model_type: ModelType) -> ConfigReader:
+    """A multimodal config's ``text_config`` (of type ``model_type.text_config``), read as a ``type_name``
+    config; the outer dtype and ``hkv`` table apply where it has none."""
+    if not reader.present("text_config"):
+        reader.fail("text_config", f"missing; a {type_name!r} config keeps its text model there")
+    inner = reader.table("text_config").config
+    found = inner.get(MODEL_TYPE_KEY, model_type.text_config)
+    if found != model_type.text_config:
+        reader.fail("text_config", f"its model_type is {found!r}, not {model_type.text_config!r}")
+    outer = {key: reader.config[key] for key in ("torch_dtype", "dtype", HKV_TABLE) if key in reader.config}
+    text = ConfigReader({**outer, **inner, MODEL_TYPE_KEY: type_name}, source=f"{reader.source} (text_config)")
+    _model_type(text)  # the text config's own keys must not contradict the type either
+    return text
 
 
 def _attention_heads(reader: ConfigReader) -> int:

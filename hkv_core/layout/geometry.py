@@ -177,11 +177,34 @@ def _qwen_layers(reader: ConfigReader, main: int) -> list[tuple[int, int]]:
     return [FULL_LAYER if layer < first else (0, window) for layer in range(main)]
 
 
+def _alternate_layers(reader: ConfigReader, main: int) -> list[tuple[int, int]]:
+    """HF Gemma 2: ``layer_types`` when given, else even layers slide and odd ones are full (``ALTERNATE``)."""
+    return _periodic_layers(reader, main, period=2)
+
+
+def _pattern_layers(reader: ConfigReader, main: int) -> list[tuple[int, int]]:
+    """HF Gemma 3: ``layer_types`` when given, else layer i is full when (i + 1) is a multiple of
+    ``sliding_window_pattern`` and slides otherwise (``PATTERN``)."""
+    return _periodic_layers(reader, main, period=reader.integer("sliding_window_pattern", minimum=1))
+
+
+def _periodic_layers(reader: ConfigReader, main: int, *, period: int) -> list[tuple[int, int]]:
+    if reader.boolean("use_bidirectional_attention", default=False):
+        reader.fail("use_bidirectional_attention", "a bidirectional (embedding) model keeps no causal KV cache "
+                    "to resume from")
+    if reader.present("layer_types"):
+        return _typed_layers(reader, main)
+    window = reader.integer("sliding_window", minimum=2)
+    return [FULL_LAYER if (layer + 1) % period == 0 else (0, window) for layer in range(main)]
+
+
 # How each sliding rule reads the (compress ratio, window tokens) of the main layers.
 LAYER_READERS: dict[Sliding, LayerReader] = {
     Sliding.NONE: _full_layers,
     Sliding.EVERY_LAYER: _uniform_layers,
     Sliding.LAYER_TYPES: _typed_layers,
     Sliding.QWEN: _qwen_layers,
+    Sliding.ALTERNATE: _alternate_layers,
+    Sliding.PATTERN: _pattern_layers,
 }
 assert set(LAYER_READERS) == set(Sliding)

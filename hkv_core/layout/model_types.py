@@ -28,14 +28,31 @@ class Sliding(StrEnum):
     EVERY_LAYER = "every_layer"  # sliding_window, when set, applies to every layer (Mistral)
     LAYER_TYPES = "layer_types"  # layer_types names each layer sliding or full (gpt-oss)
     QWEN = "qwen"  # layer_types, else use_sliding_window: layers >= max_window_layers slide
+    ALTERNATE = "alternate"  # layer_types, else even layers slide and odd ones are full (Gemma 2)
+    PATTERN = "pattern"  # layer_types, else every sliding_window_pattern-th layer is full, the rest slide (Gemma 3)
 
 
 @attrs.frozen
 class ModelType:
-    """One supported ``model_type``: its family and, for the standard family, its sliding rule."""
+    """One supported ``model_type``: its family and, for the standard family, its sliding rule.
+
+    ``defaults``: the values transformers' config class gives keys a published ``config.json`` leaves out
+    (read as if the file had them: Gemma 3's files omit ``head_dim``, and hidden_size / heads is not it).
+    ``text_config``: the type wraps a text model's config in ``text_config`` (Gemma 3's multimodal
+    checkpoints), of the type named here; hkv reads that one.
+    """
 
     family: Family
     sliding: Sliding = Sliding.NONE
+    defaults: tuple[tuple[str, object], ...] = ()
+    text_config: str = ""
+
+
+# transformers' Gemma2Config / Gemma3TextConfig defaults for the keys hkv reads
+_GEMMA2_DEFAULTS = (("head_dim", 256), ("num_key_value_heads", 4), ("sliding_window", 4096),
+                    ("vocab_size", 256000))
+_GEMMA3_DEFAULTS = (("head_dim", 256), ("num_attention_heads", 8), ("num_key_value_heads", 4),
+                    ("sliding_window", 4096), ("sliding_window_pattern", 6), ("vocab_size", 262208))
 
 
 MODEL_TYPES: dict[str, ModelType] = {
@@ -50,6 +67,9 @@ MODEL_TYPES: dict[str, ModelType] = {
     "qwen3": ModelType(Family.STANDARD, Sliding.QWEN),
     "qwen3_moe": ModelType(Family.STANDARD, Sliding.QWEN),
     "gpt_oss": ModelType(Family.STANDARD, Sliding.LAYER_TYPES),
+    "gemma2": ModelType(Family.STANDARD, Sliding.ALTERNATE, _GEMMA2_DEFAULTS),
+    "gemma3_text": ModelType(Family.STANDARD, Sliding.PATTERN, _GEMMA3_DEFAULTS),
+    "gemma3": ModelType(Family.STANDARD, Sliding.PATTERN, _GEMMA3_DEFAULTS, text_config="gemma3_text"),
 }
 
 _V4_KEYS = {
@@ -78,6 +98,9 @@ SLIDING_FOREIGN_KEYS: dict[Sliding, dict[str, str]] = {
     Sliding.EVERY_LAYER: {"layer_types": "this type's sliding_window applies to every layer"},
     Sliding.LAYER_TYPES: {},
     Sliding.QWEN: {},
+    Sliding.ALTERNATE: {"sliding_window_pattern": "Gemma 2 alternates sliding and full layers; the pattern is "
+                                                  "Gemma 3's"},
+    Sliding.PATTERN: {},
 }
 
 assert set(SLIDING_FOREIGN_KEYS) == set(Sliding) and set(FOREIGN_KEYS) == set(Family)
