@@ -54,7 +54,7 @@ def _group(
 ) -> LayerGroup:
     _, ratio, window = key
     kind = attention_kind(ratio)
-    heads, dim, topk = cfg.geometry.index if ratio == units.OVERLAP_RATIO else (0, 0, 0)
+    heads, dim, topk = cfg.geometry.index if ratio == cfg.geometry.indexed_ratio else (0, 0, 0)
     return LayerGroup(
         name=name, kind=kind, compress_ratio=ratio, layer_ids=tuple(layers),
         window_tokens=window, index_n_heads=heads, index_head_dim=dim, index_topk=topk,
@@ -77,8 +77,9 @@ def group_pools(cfg: ModelConfig, group: LayerGroup) -> tuple[PoolSpec, ...]:
     - ``compressor_tail`` for r >= 4: fp32 rows (a, z), each c*d wide; a page
       holds at least the largest tail (overlap + r - 1 rows) of one resume point;
     - ``swa_window`` when the layer keeps a window: raw KV rows, a block per page;
-    - ``indexer_state`` for CSA: indexer keys (like compressed entries, width
-      index_head_dim) and the indexer compressor tail (like the main tail).
+    - ``indexer_state`` for a group with an indexer: indexer keys (like compressed
+      entries, width index_head_dim) and, for CSA, the indexer compressor tail
+      (like the main tail; DeepSeek-V3.2's full layers keep a key per token, no tail).
     Every page is rounded up to a multiple of the alignment.
     """
     r, kv_dtype, kv_shape = group.compress_ratio, cfg.kv_dtype, cfg.geometry.kv_entry_shape
@@ -98,6 +99,7 @@ def group_pools(cfg: ModelConfig, group: LayerGroup) -> tuple[PoolSpec, ...]:
     if group.has_indexer:
         specs.append((ObjectKind.INDEXER_STATE, EntryKind.COMPRESSED_ENTRY, kv_dtype,
                       (group.index_head_dim,), entries_base))
+    if group.has_indexer and units.tail_rows_max(r):
         specs.append((ObjectKind.INDEXER_STATE, EntryKind.TAIL_ROW, TAIL_DTYPE,
                       (TAIL_ROW_PARTS, c * group.index_head_dim), tail_base))
     assert specs, f"group {group.name} needs no state"

@@ -46,6 +46,7 @@ class Geometry:
     layer_ratios: tuple[int, ...]
     layer_windows: tuple[int, ...]
     index: tuple[int, int, int] = (0, 0, 0)  # index_n_heads, index_head_dim, index_topk
+    indexed_ratio: int = units.OVERLAP_RATIO  # the layers with the indexer: CSA (V4), full attention (V3.2)
 
 
 def read_geometry(reader: ConfigReader, model_type: ModelType, layers: tuple[int, int], heads: int,
@@ -54,7 +55,7 @@ def read_geometry(reader: ConfigReader, model_type: ModelType, layers: tuple[int
     if model_type.family is Family.DEEPSEEK_V4:
         return _v4_geometry(reader, *layers)
     if model_type.family is Family.MLA:
-        return _mla_geometry(reader, *layers)
+        return _mla_geometry(reader, *layers, indexer=model_type.indexer)
     return _standard_geometry(reader, model_type.sliding, layers, heads, hidden_size)
 
 
@@ -86,8 +87,9 @@ def _v4_geometry(reader: ConfigReader, main: int, mtp: int) -> Geometry:
     )
 
 
-def _mla_geometry(reader: ConfigReader, main: int, mtp: int) -> Geometry:
-    """Geometry of an MLA config: one ``kv_lora_rank + qk_rope_head_dim`` latent per token.
+def _mla_geometry(reader: ConfigReader, main: int, mtp: int, *, indexer: bool = False) -> Geometry:
+    """Geometry of an MLA config: one ``kv_lora_rank + qk_rope_head_dim`` latent per token; with ``indexer``
+    (DeepSeek-V3.2) every layer also keeps one lightning-indexer key of ``index_head_dim`` values per token.
 
     ``qk_nope_head_dim`` and ``v_head_dim`` size the decompressed heads, not the
     cache; they are read (and bounded) so a config missing them is refused.
@@ -98,10 +100,12 @@ def _mla_geometry(reader: ConfigReader, main: int, mtp: int) -> Geometry:
         reader.integer(key, minimum=1)
     latent = rank + rope
     layers = main + mtp
+    index = tuple(reader.integer(key, minimum=1) for key in INDEX_KEYS) if indexer else (0, 0, 0)
     return Geometry(
         family=Family.MLA, num_key_value_heads=MLA_KV_HEADS, head_dim=latent, rope_head_dim=rope,
         kv_entry_shape=(latent,), window_tokens=units.NO_WINDOW_TOKENS,
         layer_ratios=(FULL_LAYER[0],) * layers, layer_windows=(FULL_LAYER[1],) * layers,
+        index=(index[0], index[1], index[2]), indexed_ratio=FULL_LAYER[0],
     )
 
 

@@ -46,6 +46,7 @@ class ModelType:
     sliding: Sliding = Sliding.NONE
     defaults: tuple[tuple[str, object], ...] = ()
     text_config: str = ""
+    indexer: bool = False  # an MLA type whose every layer keeps a lightning-indexer key per token (V3.2)
 
 
 # transformers' Gemma2Config / Gemma3TextConfig defaults for the keys hkv reads
@@ -60,6 +61,7 @@ MODEL_TYPES: dict[str, ModelType] = {
     "deepseek_v2": ModelType(Family.MLA),
     "deepseek_v3": ModelType(Family.MLA),  # also DeepSeek-R1
     "kimi_k2": ModelType(Family.MLA),
+    "deepseek_v32": ModelType(Family.MLA, indexer=True),  # DeepSeek-V3.2: MLA + a sparse-attention indexer
     "llama": ModelType(Family.STANDARD),
     "mistral": ModelType(Family.STANDARD, Sliding.EVERY_LAYER),
     "mixtral": ModelType(Family.STANDARD, Sliding.EVERY_LAYER),
@@ -75,9 +77,9 @@ MODEL_TYPES: dict[str, ModelType] = {
 _V4_KEYS = {
     "compress_ratios": "per-layer compression belongs to deepseek_v4",
     "compress_ratio": "not a known config key; deepseek_v4 uses compress_ratios",
-    "index_n_heads": "the lightning indexer belongs to deepseek_v4",
-    "index_head_dim": "the lightning indexer belongs to deepseek_v4",
-    "index_topk": "the lightning indexer belongs to deepseek_v4",
+    "index_n_heads": "the lightning indexer belongs to deepseek_v4 and deepseek_v32",
+    "index_head_dim": "the lightning indexer belongs to deepseek_v4 and deepseek_v32",
+    "index_topk": "the lightning indexer belongs to deepseek_v4 and deepseek_v32",
 }
 _MLA_KEYS = {"kv_lora_rank": "a latent KV cache belongs to the MLA types (deepseek_v2, deepseek_v3, kimi_k2)"}
 _SLIDING_KEYS = {
@@ -114,6 +116,8 @@ def supported_model_types() -> str:
 
 def foreign_keys(model_type: ModelType) -> dict[str, str]:
     """The keys a config of ``model_type`` must not carry, with why."""
+    if model_type.indexer:  # the indexer's keys are this type's own, not V4's
+        return {key: why for key, why in FOREIGN_KEYS[model_type.family].items() if not key.startswith("index_")}
     if model_type.family is not Family.STANDARD:
         return FOREIGN_KEYS[model_type.family]
     return {**FOREIGN_KEYS[model_type.family], **SLIDING_FOREIGN_KEYS[model_type.sliding]}

@@ -24,7 +24,8 @@ class LayerGroup:
     """Layers with identical cache geometry (same kind, compress ratio and window).
 
     ``window_tokens`` is the sliding window W (0: the layer keeps no window).
-    ``index_*`` describe the CSA lightning indexer and are 0 for other kinds.
+    ``index_*`` describe the lightning indexer: every CSA group has one (DeepSeek-V4), full-attention groups
+    have one in DeepSeek-V3.2 (one key per token), other groups none (0).
     ``draft`` marks MTP / draft layers, whose state is needed only when speculating.
     """
 
@@ -42,8 +43,8 @@ class LayerGroup:
         assert attention_kind(self.compress_ratio) is self.kind, (self.kind, self.compress_ratio)
         assert self.layer_ids and list(self.layer_ids) == sorted(set(self.layer_ids)), self
         assert self.window_tokens == 0 or self.window_tokens >= 2, self.window_tokens
-        has_indexer = self.kind is AttentionKind.CSA
-        assert has_indexer == (min(self.index_n_heads, self.index_head_dim, self.index_topk) > 0)
+        if self.kind is AttentionKind.CSA or self.has_indexer:
+            assert self.has_indexer and self.kind in (AttentionKind.CSA, AttentionKind.FULL), self
 
     @property
     def layer_count(self) -> int:
@@ -52,8 +53,9 @@ class LayerGroup:
 
     @property
     def has_indexer(self) -> bool:
-        """True for CSA groups, which keep indexer keys and an indexer compressor tail."""
-        return self.kind is AttentionKind.CSA
+        """True for groups with a lightning indexer: CSA groups keep indexer keys and an indexer compressor
+        tail, DeepSeek-V3.2's full-attention groups one indexer key per token."""
+        return min(self.index_n_heads, self.index_head_dim, self.index_topk) > 0
 
 
 @attrs.frozen(kw_only=True, cache_hash=True)

@@ -45,6 +45,11 @@ def last_ratio(config: Config, value: int) -> None:
     config["compress_ratios"] = [0, 4, value]
 
 
+def gemma_pattern(config: Config, value: int) -> None:
+    """gemma3_12b's text model as a gemma3_text config (its own source), every `value`-th layer full."""
+    config.update(config.pop("text_config"), model_type="gemma3_text", sliding_window_pattern=value)
+
+
 def llama_layers(config: Config, value: int) -> None:
     config["num_hidden_layers"] = value
 
@@ -53,6 +58,7 @@ def llama_layers(config: Config, value: int) -> None:
 BOUNDS: dict[str, tuple[str, Setter, int]] = {
     "num_hidden_layers": ("llama_full", llama_layers, b.LAYERS_MAX),
     "max_window_layers": ("qwen_full", qwen_window_layers, b.LAYERS_MAX),
+    "sliding_window_pattern": ("gemma3_12b", gemma_pattern, b.LAYERS_MAX),
     "num_nextn_predict_layers": ("deepseek_v3", key("num_nextn_predict_layers"), b.MTP_LAYERS_MAX),
     "num_attention_heads": ("llama_full", key("num_attention_heads"), b.HEADS_MAX),
     "num_key_value_heads": ("llama_full", heads_and_kv_heads, b.HEADS_MAX),

@@ -65,7 +65,7 @@ def test_fixture_gives_the_presets_layout(name: str) -> None:
 
 def test_every_fixture_names_a_supported_type_and_every_family_has_a_fixture() -> None:
     names = sorted(path.stem for path in CONFIGS.glob("*.json"))
-    assert len(names) == 12
+    assert len(names) == 13
     types = {fixture(name)["model_type"] for name in names}
     assert types <= set(MODEL_TYPES)
     assert {MODEL_TYPES[t].family for t in types} == set(Family)

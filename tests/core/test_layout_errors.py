@@ -96,7 +96,7 @@ CASES: list[tuple[str, str, Edit, str]] = [
     ("llama_full", "model type null", setter("model_type", None), "model_type"),
     ("llama_full", "model type unknown", setter("model_type", "gemma7"), "model_type"),
     ("llama_full", "model type number", setter("model_type", 3), "model_type"),
-    ("deepseek_v3", "deepseek_v3.2 is not deepseek_v3", setter("model_type", "deepseek_v32"), "model_type"),
+    ("deepseek_v3", "deepseek_v32 needs its indexer", setter("model_type", "deepseek_v32"), "index_n_heads"),
     # keys that contradict the type
     ("deepseek_v4_flash", "v4 compress_ratio for compress_ratios",
      lambda c: c.update(compress_ratio=c.pop("compress_ratios")), "compress_ratio"),

@@ -3,8 +3,8 @@
 Random multi-request histories (shared and diverging prefixes, random
 allocate / commit chunk sizes, decode appends, releases, forced evictions,
 random retention and occasionally no partial-page copy) on tiny_v4,
-deepseek_v4_flash with 16-token blocks and llama_full.  After every step a
-fresh probe request is matched and its hit must equal
+deepseek_v4_flash with 16-token blocks, llama_full and tiny_v32 (DeepSeek-V3.2's
+latent with its indexer keys).  After every step a fresh probe request is matched and its hit must equal
 ``brute_force_hit_tokens``; ``check_invariants`` must stay empty; a failed
 allocation (OutOfPages) must change nothing (F8); the first allocation after a
 hit must carry exactly the copy-on-write / tail-seeding copies the hit implies
@@ -74,6 +74,9 @@ PROFILES = {
                        max_chunk=700, pool_pages=(60, 260), max_examples=25),
     "llama_full": Profile(layout=lambda: _layout("llama_full"), base_tokens=180, max_suffix=40, max_chunk=90,
                           pool_pages=(6, 30), max_examples=50),
+    # DeepSeek-V3.2: the latent and the indexer keys, two per-token kinds a hit must hold together
+    "tiny_v32": Profile(layout=lambda: _layout("tiny_v32"), base_tokens=72, max_suffix=30, max_chunk=40,
+                        pool_pages=(4, 30), max_examples=40),
 }
 
 OPS = ("start", "start", "advance", "advance", "advance", "finish", "finish", "release", "release", "evict",
@@ -268,6 +271,7 @@ def _history_test(name: str) -> Callable[[], None]:
 test_match_equals_brute_force_tiny_v4 = _history_test("tiny_v4")
 test_match_equals_brute_force_flash16 = _history_test("flash16")
 test_match_equals_brute_force_llama_full = _history_test("llama_full")
+test_match_equals_brute_force_tiny_v32 = _history_test("tiny_v32")
 
 
 # ----------------------------------------------------------------------------- F7
