@@ -20,7 +20,13 @@ from hkv_core.errors import ConfigError
 from hkv_core.layout.bounds import ALIGNMENT_BYTES_MAX, BLOCK_TOKENS_MAX
 from hkv_core.layout.geometry import Geometry, read_geometry
 from hkv_core.layout.kinds import DEFAULT_KV_DTYPE, DTYPE_BYTES, HF_DTYPES
-from hkv_core.layout.model_types import MODEL_TYPES, ModelType, foreign_keys, supported_model_types
+from hkv_core.layout.model_types import (
+    MODEL_TYPES,
+    RECURRENT_MODEL_TYPES,
+    ModelType,
+    foreign_keys,
+    supported_model_types,
+)
 from hkv_core.layout.reader import ConfigReader
 
 DEFAULT_BLOCK_TOKENS = 256  # vLLM's recommended V4 block; TensorRT-LLM allows 128 or 256
@@ -91,6 +97,10 @@ def _model_type(reader: ConfigReader) -> tuple[str, ModelType]:
     if not reader.present(MODEL_TYPE_KEY):
         reader.fail(MODEL_TYPE_KEY, f"missing; hkv reads a config by its model type ({supported})")
     name = reader.string(MODEL_TYPE_KEY)
+    if name in RECURRENT_MODEL_TYPES:
+        reader.fail(MODEL_TYPE_KEY, f"model type {name!r} is a hybrid with {RECURRENT_MODEL_TYPES[name]}, whose "
+                    "recurrent state hkv does not manage yet (docs/models.md); its attention layers alone would "
+                    f"not resume exactly ({supported})")
     if name not in MODEL_TYPES:
         reader.fail(MODEL_TYPE_KEY, f"unsupported model type {name!r} ({supported})")
     model_type = MODEL_TYPES[name]

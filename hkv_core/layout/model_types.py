@@ -109,6 +109,20 @@ assert set(SLIDING_FOREIGN_KEYS) == set(Sliding) and set(FOREIGN_KEYS) == set(Fa
 assert all(t.sliding is Sliding.NONE for t in MODEL_TYPES.values() if t.family is not Family.STANDARD)
 
 
+# Types hkv knows and does not serve yet: each layer of theirs that is not attention keeps a fixed-size recurrent
+# state (convolution and SSM / delta-rule state) instead of per-token KV, a kind the spec does not have yet.
+RECURRENT_MODEL_TYPES: dict[str, str] = {
+    "qwen3_next": "Gated DeltaNet layers",
+    "kimi_linear": "Kimi Delta Attention layers",
+    "nemotron_h": "Mamba-2 layers",
+    "falcon_h1": "Mamba-2 heads beside attention",
+    "granitemoehybrid": "Mamba-2 layers",
+    "jamba": "Mamba layers",
+    "bamba": "Mamba-2 layers",
+}
+assert not set(RECURRENT_MODEL_TYPES) & set(MODEL_TYPES)
+
+
 def supported_model_types() -> str:
     """The supported ``model_type`` values, comma separated (for messages)."""
     return ", ".join(sorted(MODEL_TYPES))
