@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from hkv_core.errors import RecordCorrupt
+from hkv_core.errors import InvalidArgument, RecordCorrupt
 from hkv_core.tiers.record import HEADER_BYTES, UNSUMMED, RecordHeader, pack_header
 from hkv_tiers.host_arena import TIER, HostArena
 from hkv_tiers.record_check import Buffer, Loaded, Wanted, check_record
@@ -54,13 +54,18 @@ class HostStore:
     def reserve(self, name: str, header: RecordHeader) -> NDArray[np.uint8]:
         """The writable payload of a new record `name` (header packed in front of it); TierFull, nothing
         changed, when no extent fits.  Fill it before the next call, or `remove` it."""
+        packed = np.frombuffer(pack_header(header), np.uint8)  # before the extent: a bad header takes nothing
         image = self.arena.reserve(name, HEADER_BYTES + header.payload_bytes)
-        image[:HEADER_BYTES] = np.frombuffer(pack_header(header), np.uint8)
+        image[:HEADER_BYTES] = packed
         self.headers[name] = header
         return image[HEADER_BYTES:]
 
     def put(self, name: str, header: RecordHeader, payload: Buffer) -> None:
+        """InvalidArgument, nothing changed, when `payload` is not `header.payload_bytes` long."""
         src = np.frombuffer(payload, np.uint8)
+        if len(src) != header.payload_bytes:
+            raise InvalidArgument(action="HostStore.put", argument="payload", value=f"{len(src):,} bytes",
+                                  reason=f"the header says {header.payload_bytes:,}")
         np.copyto(self.reserve(name, header), src)
 
     def header(self, name: str) -> RecordHeader:

@@ -135,14 +135,14 @@ class TierCache:
         return [store for store in (self.host, self.disk, self.remote) if store is not None]
 
     def locate(self, names: Sequence[str]) -> dict[str, str | None]:
-        """The tier holding each of `names`, asking each store in turn, nearest first, for what the nearer ones
-        lack (the remote store: one lookup)."""
-        found: dict[str, str | None] = dict.fromkeys(names)
-        for store in self.stores():
+        """The tier holding each of `names`: host and disk as `fetch` reads them (their orders: a record the
+        writer made durable joins the disk when its batch settles), then the stores beyond them (the remote
+        store: one lookup) for what they lack."""
+        found = {name: self.where(name) for name in names}
+        for store in self.stores()[1 + (self.disk is not None):]:
             missing = [name for name, tier in found.items() if tier is None]
-            if not missing:
-                break
-            found.update(dict.fromkeys(store.holds(missing), store.tier))
+            if missing:
+                found.update(dict.fromkeys(store.holds(missing), store.tier))
         return found
 
     def put(self, kind: str, key: NDArray[np.uint64], lo: int, hi: int, payload: Buffer) -> None:
@@ -253,14 +253,14 @@ class TierCache:
         """Delete the disk records first in eviction order until `batch` fits, then hand it to the writer."""
         assert self.disk is not None and self.writer is not None
         need = record_bytes(batch)
-        victims = iter(self.disk_order)  # one walk for every victim
+        victims = iter(self.disk_order)  # one snapshot of the order for every victim, until records join it
         while self.disk.budget - self.disk.used_bytes - self.writer.pending_bytes < need:
             if self.disk_order:
                 victim = next(victims, None)
-                if victim is None:  # the walk ran out (records joined meanwhile): walk again
+                if victim is None:  # the snapshot ran out: walk the order as it is now
                     victims = iter(self.disk_order)
                     continue
-                if victim not in self.disk_order:  # it left after the walk began
+                if victim not in self.disk_order:  # left since the snapshot
                     continue
                 try:
                     self.disk.remove(victim)
@@ -271,6 +271,7 @@ class TierCache:
                 self.counts["evicted_disk"] += 1
             elif self.writer.pending:
                 self._settle(self.writer.reap(wait=True))  # what is being written becomes evictable
+                victims = iter(self.disk_order)  # it joined the order: walk it again, least recent first
             else:
                 break
         self.writer.submit(batch)

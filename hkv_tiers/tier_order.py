@@ -67,13 +67,10 @@ class TierOrder:
         return len(self.row_of)
 
     def __iter__(self) -> Iterator[str]:
-        """Names in eviction order, the next to leave first, a chunk at a time (taking the first few costs a
-        chunk, not the whole order).  A walk may outlive changes: a name it yields may have left since."""
-        for chunk in self.policy.chunks():
-            for row in chunk.tolist():
-                name = self.name_of[row]
-                if name is not None:
-                    yield name
+        """Names in eviction order, the next to leave first: a snapshot of the order now (a policy's queue may
+        compact, and the table grow, under a lazy walk and reorder what it has not reached)."""
+        rows = [row for chunk in self.policy.chunks() for row in chunk.tolist()]
+        return iter([name for row in rows if (name := self.name_of[row]) is not None])
 
     def touch(self, names: Sequence[str]) -> None:
         """One prefix's records, root first, used now: the held ones become the most recent, deepest first

@@ -74,9 +74,8 @@ def parse_config(
     type_name, model_type = _model_type(reader)
     if model_type.text_config:
         reader = _text_config(reader, type_name, model_type)
-    if model_type.defaults:  # what transformers' config class fills in where the file is silent (or null)
-        given = {key: value for key, value in reader.config.items() if value is not None}
-        reader = ConfigReader({**dict(model_type.defaults), **given}, source=reader.source)
+    if model_type.defaults:  # what transformers' config class fills in where the file is silent (a null stays)
+        reader = ConfigReader({**dict(model_type.defaults), **reader.config}, source=reader.source)
     main = reader.integer("num_hidden_layers", minimum=1)
     mtp = reader.integer("num_nextn_predict_layers", default=0)
     heads = _attention_heads(reader)
@@ -119,7 +118,8 @@ def _text_config(reader: ConfigReader, type_name: str, model_type: ModelType) ->
     found = inner.get(MODEL_TYPE_KEY, model_type.text_config)
     if found != model_type.text_config:
         reader.fail("text_config", f"its model_type is {found!r}, not {model_type.text_config!r}")
-    outer = {key: reader.config[key] for key in ("torch_dtype", "dtype", HKV_TABLE) if key in reader.config}
+    dtype_keys = ("torch_dtype", "dtype") if not any(key in inner for key in ("torch_dtype", "dtype")) else ()
+    outer = {key: reader.config[key] for key in (*dtype_keys, HKV_TABLE) if key in reader.config}
     text = ConfigReader({**outer, **inner, MODEL_TYPE_KEY: type_name}, source=f"{reader.source} (text_config)")
     _model_type(text)  # the text config's own keys must not contradict the type either
     return text

@@ -26,6 +26,7 @@ from hkv_core.layout.reader import ConfigReader
 
 INDEX_KEYS = ("index_n_heads", "index_head_dim", "index_topk")
 SLIDING, FULL = "sliding_attention", "full_attention"  # known HF ``layer_types``
+INDEXED = "indexed_attention"  # transformers' DeepSeek-V3.2 layer type: MLA with the indexer
 FULL_LAYER = (1, units.NO_WINDOW_TOKENS)  # (compress ratio, window tokens) of a FULL layer
 MLA_KV_HEADS = 1  # an MLA or V4 layer caches one latent, shared by every head
 
@@ -101,6 +102,11 @@ def _mla_geometry(reader: ConfigReader, main: int, mtp: int, *, indexer: bool = 
     latent = rank + rope
     layers = main + mtp
     index = tuple(reader.integer(key, minimum=1) for key in INDEX_KEYS) if indexer else (0, 0, 0)
+    if indexer and reader.present("layer_types"):  # written by transformers' DeepseekV32Config.to_dict()
+        types = reader.string_list("layer_types")
+        if len(types) != main or set(types) != {INDEXED}:
+            reader.fail("layer_types", f"a deepseek_v32 config's layer types are {main} x {INDEXED!r} "
+                        f"(num_hidden_layers), got {len(types)}: {sorted(set(types))}")
     return Geometry(
         family=Family.MLA, num_key_value_heads=MLA_KV_HEADS, head_dim=latent, rope_head_dim=rope,
         kv_entry_shape=(latent,), window_tokens=units.NO_WINDOW_TOKENS,

@@ -50,8 +50,8 @@ class ModelType:
 
 
 # transformers' Gemma2Config / Gemma3TextConfig defaults for the keys hkv reads
-_GEMMA2_DEFAULTS = (("head_dim", 256), ("num_key_value_heads", 4), ("sliding_window", 4096),
-                    ("vocab_size", 256000))
+_GEMMA2_DEFAULTS = (("head_dim", 256), ("num_attention_heads", 8), ("num_key_value_heads", 4),
+                    ("sliding_window", 4096), ("vocab_size", 256000))
 _GEMMA3_DEFAULTS = (("head_dim", 256), ("num_attention_heads", 8), ("num_key_value_heads", 4),
                     ("sliding_window", 4096), ("sliding_window_pattern", 6), ("vocab_size", 262208))
 
@@ -130,8 +130,9 @@ def supported_model_types() -> str:
 
 def foreign_keys(model_type: ModelType) -> dict[str, str]:
     """The keys a config of ``model_type`` must not carry, with why."""
-    if model_type.indexer:  # the indexer's keys are this type's own, not V4's
-        return {key: why for key, why in FOREIGN_KEYS[model_type.family].items() if not key.startswith("index_")}
+    if model_type.indexer:  # the indexer's keys are this type's own, not V4's; layer_types is read (geometry.py)
+        return {key: why for key, why in FOREIGN_KEYS[model_type.family].items()
+                if not key.startswith("index_") and key != "layer_types"}
     if model_type.family is not Family.STANDARD:
         return FOREIGN_KEYS[model_type.family]
     return {**FOREIGN_KEYS[model_type.family], **SLIDING_FOREIGN_KEYS[model_type.sliding]}

@@ -43,6 +43,8 @@ class LayerGroup:
         assert attention_kind(self.compress_ratio) is self.kind, (self.kind, self.compress_ratio)
         assert self.layer_ids and list(self.layer_ids) == sorted(set(self.layer_ids)), self
         assert self.window_tokens == 0 or self.window_tokens >= 2, self.window_tokens
+        index = (self.index_n_heads, self.index_head_dim, self.index_topk)
+        assert min(index) > 0 or max(index) == 0, index  # an indexer is given whole or not at all
         if self.kind is AttentionKind.CSA or self.has_indexer:
             assert self.has_indexer and self.kind in (AttentionKind.CSA, AttentionKind.FULL), self
 

@@ -138,7 +138,7 @@ def _group(layout: Layout, group: LayerGroup, p: int) -> GroupRequirements:
         group_name=group.name, kind=group.kind, compress_ratio=r, layer_ids=group.layer_ids,
         compressed_entries=entries, compressed_tokens=(0, covered_tokens),
         indexer_keys=entries if group.has_indexer else 0, tail=tail,
-        indexer_tail=tail if group.has_indexer else None,
+        indexer_tail=tail if group.has_indexer and units.tail_rows_max(r) else None,
         window_rows=units.window_rows(p, w),
         window_token_range=(units.window_start_token(p, w), p),
         pools=pools, bytes_per_layer=per_layer, bytes=per_layer * group.layer_count,

@@ -51,7 +51,8 @@ class Rate:
 def recompute_flops(layout: Layout, lo: int, hi: int) -> float:
     """FLOPs to run tokens [lo, hi) through the main layers: the q/k/v/o projections and an MLP per token, and
     attention over what each token sees - every earlier token (full attention), the window's rows, the
-    compressed entries (CSA: the indexer's top-k of them, plus the indexer scoring them all).  An estimate:
+    compressed entries (CSA: the indexer's top-k of them, plus the indexer scoring them all; DeepSeek-V3.2: the
+    indexer's top-k of every earlier token, plus its scoring).  An estimate:
     the layout does not say the MLP's width."""
     tokens = hi - lo
     if tokens <= 0:
@@ -63,7 +64,10 @@ def recompute_flops(layout: Layout, lo: int, hi: int) -> float:
     for group in layout.groups:
         window = min(position, group.window_tokens) if group.window_tokens else 0.0
         scoring = 0.0
-        if group.compress_ratio <= 1:  # 0: sliding window only, 1: full attention
+        if group.compress_ratio <= 1 and group.has_indexer:  # full attention made sparse (DeepSeek-V3.2)
+            seen = min(position, group.index_topk)
+            scoring = 2.0 * group.index_n_heads * group.index_head_dim * position
+        elif group.compress_ratio <= 1:  # 0: sliding window only, 1: full attention
             seen = window or position  # a sliding window, or full attention
         else:
             entries = position / group.compress_ratio

@@ -90,3 +90,26 @@ def test_a_hit_holds_and_copies_both_kinds() -> None:
     m.commit(again, 2)
     m.release(again)
     assert check_invariants(m) == []
+
+
+def test_a_config_transformers_saved_reads_as_the_published_one() -> None:
+    """DeepseekV32Config.to_dict() adds layer_types (every layer indexed_attention) and head_dim: the same
+    layout; other layer types are refused by name."""
+    transformers = pytest.importorskip("transformers")
+    saved = transformers.AutoConfig.for_model(**fixture("deepseek_v32")).to_dict()
+    assert set(saved["layer_types"]) == {"indexed_attention"}
+    assert Layout.from_hf_config(saved, name="v32") == Layout.from_hf_config(fixture("deepseek_v32"), name="v32")
+    for types in (["indexed_attention"] * 60, ["full_attention"] * 61):
+        with pytest.raises(ConfigError, match="indexed_attention") as info:
+            Layout.from_hf_config({**fixture("deepseek_v32"), "layer_types": types}, name="v32")
+        assert info.value.key == "layer_types"
+
+
+def test_recompute_is_priced_as_sparse_attention_far_into_a_context() -> None:
+    """The cost model's FLOPs: at 100k tokens a V3.2 token attends to its indexer's 2,048 picks (plus the
+    scoring), far fewer than DeepSeek-V3's every earlier token."""
+    from hkv_core.tiers.cost import recompute_flops
+
+    v32, v3 = layout_of("deepseek_v32"), layout_of("deepseek_v3")
+    assert recompute_flops(v32, 100_000, 100_064) < 0.5 * recompute_flops(v3, 100_000, 100_064)
+    assert recompute_flops(v32, 0, 64) > recompute_flops(v3, 0, 64)  # short contexts: the scoring costs extra

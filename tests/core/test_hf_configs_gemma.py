@@ -89,3 +89,15 @@ def test_a_multimodal_text_config_of_another_type_or_with_foreign_keys_is_refuse
 
 def test_the_fixtures_are_where_the_other_tests_read_them() -> None:
     assert all((CONFIGS / f"{name}.json").is_file() for name in GEMMA)
+
+
+def test_a_null_window_is_refused_not_defaulted_and_the_text_models_dtype_wins() -> None:
+    """A file that says sliding_window: null gets no default (transformers would keep None and fail); a
+    multimodal config's text model's own torch_dtype wins over the outer dtype."""
+    with pytest.raises(ConfigError, match="missing") as info:
+        Layout.from_hf_config({**fixture("gemma3_1b"), "sliding_window": None}, name="g")
+    assert info.value.key == "sliding_window"
+    config = fixture("gemma3_12b")
+    mixed = {**config, "dtype": "float32", "text_config": {**config["text_config"], "torch_dtype": "float16"}}
+    assert Layout.from_hf_config(mixed, name="g").kv_dtype == "fp16"
+    assert Layout.from_hf_config({**config, "dtype": "float32"}, name="g").kv_dtype == "fp32"

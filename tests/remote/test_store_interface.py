@@ -120,3 +120,11 @@ def test_a_store_that_serves_unchecked_records_is_caught(monkeypatch: pytest.Mon
     store = HostStore(BUDGET, fingerprint=FINGERPRINT, abi_id=ABI)
     store.put(record_name(key_of(3)), header_of(3), payload(3))
     assert store.fetch([want(3, shift=8)]) != [None]
+
+
+def test_a_host_put_of_the_wrong_length_is_refused_and_changes_nothing() -> None:
+    store = HostStore(BUDGET, fingerprint=FINGERPRINT, abi_id=ABI)
+    for wrong in (payload(1)[:-1], payload(1)[:1]):  # short, or one byte numpy would broadcast
+        with pytest.raises(InvalidArgument, match="the header says"):
+            store.put(record_name(key_of(1)), header_of(1), wrong)
+        assert store.holds([record_name(key_of(1))]) == set() and store.used_bytes == 0
