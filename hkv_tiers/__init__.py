@@ -13,5 +13,7 @@ from hkv_tiers.remote_store import RemoteStore
 from hkv_tiers.store import Store
 from hkv_tiers.tier_cache import TierCache
 
+STORES: tuple[type[Store], ...] = (HostStore, DiskStore, RemoteStore)  # every tier's store (mypy checks each)
+
 __all__ = ["Crash", "DiskFaults", "DiskStore", "HostArena", "HostStore", "MooncakeMaster", "RemoteFaults",
-           "RemoteStore", "RemoteTierConfig", "Store", "TierCache"]
+           "RemoteStore", "RemoteTierConfig", "STORES", "Store", "TierCache"]

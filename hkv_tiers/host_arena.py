@@ -55,8 +55,7 @@ class HostArena:
         else:
             at = next((i for i, (_, length) in enumerate(self.free) if length >= need), -1)
             if at < 0:
-                largest = max((length for _, length in self.free), default=0)
-                raise TierFull(tier=TIER, record=name, needed=need, free=largest, budget=self.budget)
+                raise TierFull(tier=TIER, record=name, needed=need, free=self.largest_free, budget=self.budget)
             start, length = self.free[at]
             if length == need:
                 del self.free[at]

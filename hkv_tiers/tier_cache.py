@@ -41,7 +41,6 @@ from hkv_tiers.host_store import HostStore
 from hkv_tiers.record_check import Buffer, Loaded, Wanted, record_name, span_abi_id
 from hkv_tiers.remote_config import RemoteTierConfig
 from hkv_tiers.remote_store import RemoteStore
-from hkv_tiers.store import Store
 from hkv_tiers.tier_order import TierOrder
 
 
@@ -130,19 +129,14 @@ class TierCache:
         """The tier holding record `name` (host first: a record moving to disk is read from the host), or None."""
         return "host" if name in self.host_order else "disk" if name in self.disk_order else None
 
-    def stores(self) -> list[Store]:
-        """This cache's tiers, nearest first: host, then disk and remote where it has them."""
-        return [store for store in (self.host, self.disk, self.remote) if store is not None]
-
     def locate(self, names: Sequence[str]) -> dict[str, str | None]:
         """The tier holding each of `names`: host and disk as `fetch` reads them (their orders: a record the
-        writer made durable joins the disk when its batch settles), then the stores beyond them (the remote
-        store: one lookup) for what they lack."""
+        writer made durable joins the disk when its batch settles), then one lookup in the remote store for
+        what they lack."""
         found = {name: self.where(name) for name in names}
-        for store in self.stores()[1 + (self.disk is not None):]:
-            missing = [name for name, tier in found.items() if tier is None]
-            if missing:
-                found.update(dict.fromkeys(store.holds(missing), store.tier))
+        missing = [name for name, tier in found.items() if tier is None]
+        if self.remote is not None and missing:
+            found.update(dict.fromkeys(self.remote.holds(missing), self.remote.tier))
         return found
 
     def put(self, kind: str, key: NDArray[np.uint64], lo: int, hi: int, payload: Buffer) -> None:
@@ -339,16 +333,15 @@ class TierCache:
         for i, want in enumerate(wanted):
             tier = self.where(want.name)
             if tier == "disk":
-                assert self.disk is not None
-                jobs.append(self.loader.submit(self.disk.fetch, [want]))
+                jobs.append(self.loader.submit(self._read_disk, want))
             else:
-                jobs.append([self._read_host(want) if tier == "host" else None])
+                jobs.append(self._read_host(want) if tier == "host" else None)
                 distant += [i] if tier is None else []
         if self.remote is not None:
             for i, got in zip(distant, self.remote.fetch([wanted[i] for i in distant]), strict=True):
-                jobs[i] = [got]
+                jobs[i] = got
                 self.counts["loaded_remote" if got is not None else "missed_remote"] += 1
-        out: list[Loaded | None] = [(job.result() if isinstance(job, Future) else job)[0] for job in jobs]
+        out: list[Loaded | None] = [job.result() if isinstance(job, Future) else job for job in jobs]
         for want, got in zip(wanted, out, strict=True):
             if got is not None and got[0] == "disk":
                 self.counts["loaded_disk"] += 1
@@ -379,6 +372,11 @@ class TierCache:
             return None
         self.counts["loaded_host"] += 1
         return got
+
+    def _read_disk(self, want: Wanted) -> Loaded | None:
+        """On a loader thread: the disk store's checked record (quarantined when it fails), or None."""
+        assert self.disk is not None
+        return self.disk.fetch([want])[0]
 
     def report(self) -> dict[str, Any]:
         """Counts and occupancy, for results and --json (after settling the batches already written)."""

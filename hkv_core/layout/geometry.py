@@ -101,7 +101,7 @@ def _mla_geometry(reader: ConfigReader, main: int, mtp: int, *, indexer: bool = 
         reader.integer(key, minimum=1)
     latent = rank + rope
     layers = main + mtp
-    index = tuple(reader.integer(key, minimum=1) for key in INDEX_KEYS) if indexer else (0, 0, 0)
+    heads, dim, topk = (reader.integer(key, minimum=1) for key in INDEX_KEYS) if indexer else (0, 0, 0)
     if indexer and reader.present("layer_types"):  # written by transformers' DeepseekV32Config.to_dict()
         types = reader.string_list("layer_types")
         if len(types) != main or set(types) != {INDEXED}:
@@ -111,7 +111,7 @@ def _mla_geometry(reader: ConfigReader, main: int, mtp: int, *, indexer: bool = 
         family=Family.MLA, num_key_value_heads=MLA_KV_HEADS, head_dim=latent, rope_head_dim=rope,
         kv_entry_shape=(latent,), window_tokens=units.NO_WINDOW_TOKENS,
         layer_ratios=(FULL_LAYER[0],) * layers, layer_windows=(FULL_LAYER[1],) * layers,
-        index=(index[0], index[1], index[2]), indexed_ratio=FULL_LAYER[0],
+        index=(heads, dim, topk), indexed_ratio=FULL_LAYER[0],
     )
 
 
@@ -189,23 +189,25 @@ def _qwen_layers(reader: ConfigReader, main: int) -> list[tuple[int, int]]:
 
 def _alternate_layers(reader: ConfigReader, main: int) -> list[tuple[int, int]]:
     """HF Gemma 2: ``layer_types`` when given, else even layers slide and odd ones are full (``ALTERNATE``)."""
-    return _periodic_layers(reader, main, period=2)
+    return _periodic_layers(reader, main, period=lambda: 2)
 
 
 def _pattern_layers(reader: ConfigReader, main: int) -> list[tuple[int, int]]:
     """HF Gemma 3: ``layer_types`` when given, else layer i is full when (i + 1) is a multiple of
     ``sliding_window_pattern`` and slides otherwise (``PATTERN``)."""
-    return _periodic_layers(reader, main, period=reader.integer("sliding_window_pattern", minimum=1))
+    return _periodic_layers(reader, main, period=lambda: reader.integer("sliding_window_pattern", minimum=1))
 
 
-def _periodic_layers(reader: ConfigReader, main: int, *, period: int) -> list[tuple[int, int]]:
+def _periodic_layers(reader: ConfigReader, main: int, *, period: Callable[[], int]) -> list[tuple[int, int]]:
+    """``layer_types`` when given, else every ``period()``-th layer full and the rest sliding (the period is
+    read only then, as transformers reads it)."""
     if reader.boolean("use_bidirectional_attention", default=False):
         reader.fail("use_bidirectional_attention", "a bidirectional (embedding) model keeps no causal KV cache "
                     "to resume from")
     if reader.present("layer_types"):
         return _typed_layers(reader, main)
-    window = reader.integer("sliding_window", minimum=2)
-    return [FULL_LAYER if (layer + 1) % period == 0 else (0, window) for layer in range(main)]
+    every, window = period(), reader.integer("sliding_window", minimum=2)
+    return [FULL_LAYER if (layer + 1) % every == 0 else (0, window) for layer in range(main)]
 
 
 # How each sliding rule reads the (compress ratio, window tokens) of the main layers.
