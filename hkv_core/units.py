@@ -35,6 +35,7 @@ __all__ = ["MIN_HCA_RATIO", "NO_WINDOW_TOKENS", "NULL_PAGE", "OVERLAP_FACTOR", "
            "entries_for_pages", "entry_last_token", "entry_start_token", "entry_tokens", "is_supported_ratio",
            "overlap_factor", "page_index_for_entry", "pages_for_entries", "pages_for_tokens", "tail_overlap_rows",
            "tail_padding_rows", "tail_remainder_rows", "tail_rows", "tail_rows_max", "tail_start_token",
+           "state_entries", "state_start_token",
            "tokens_per_entry", "tokens_per_page", "visible_entries", "window_rows", "window_rows_max",
            "window_start_token"]
 
@@ -158,6 +159,21 @@ def tail_padding_rows(prefix_tokens: int, ratio: int) -> int:
 
 
 # ------------------------------------------------------------------ sliding window
+
+
+# ---------------------------------------------------------------- recurrent state
+
+
+def state_entries(prefix_tokens: int) -> int:
+    """Recurrent-state entries needed to resume at P: one (the whole state after token P - 1), none at P = 0,
+    where a linear layer starts from its zero state."""
+    return min(as_count("prefix_tokens", prefix_tokens), 1)
+
+
+def state_start_token(prefix_tokens: int) -> int:
+    """Where the state a resume at P reads starts: P itself, since it holds exactly the state at P (two resume
+    points never share a recurrent state, unlike tails, whose rows at P and P + 1 may start together)."""
+    return as_count("prefix_tokens", prefix_tokens)
 
 
 def window_rows(prefix_tokens: int, window_tokens: int) -> int:

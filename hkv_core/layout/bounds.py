@@ -25,6 +25,10 @@ VOCAB_SIZE_MAX = 1 << 31  # vocab_size: token ids are int32 ([0, 2**31), see Inv
 BLOCK_TOKENS_MAX = 1 << 16  # hkv.block_tokens: engines use 16 to 256 tokens per block
 ALIGNMENT_BYTES_MAX = 1 << 21  # hkv.alignment_bytes: a 2 MiB huge page, the largest page any tier aligns to
 LAYER_LIST_ITEMS_MAX = LAYERS_MAX + MTP_LAYERS_MAX  # entries of a per-layer list (compress_ratios, layer_types)
+CONV_KERNEL_MAX = 1024  # a linear layer's short convolution (published: 4): its state keeps kernel - 1 inputs
+STATE_DIM_MAX = 65_536  # mamba_d_state: the SSM state per channel or head (published: 16 to 256)
+EXPAND_MAX = 64  # mamba_expand: the intermediate size per hidden unit (published: 2)
+RECURRENT_STATE_BYTES_MAX = 1 << 30  # one layer's recurrent state (Qwen3-Next: about 2 MiB): 1 GiB
 CONFIG_FILE_BYTES_MAX = 16 << 20  # a config file read from disk (config.json, .toml): 16 MiB, checked before reading
 
 # The limit of each integer key a config may give (nested ``hkv.`` keys by their bare name).
@@ -49,6 +53,25 @@ KEY_MAXIMUM: dict[str, int] = {
     "vocab_size": VOCAB_SIZE_MAX,
     "block_tokens": BLOCK_TOKENS_MAX,
     "alignment_bytes": ALIGNMENT_BYTES_MAX,
+    # linear-attention / state-space hybrids (hkv_core/layout/recurrent.py)
+    "full_attention_interval": LAYERS_MAX,
+    "attn_layer_period": LAYERS_MAX,
+    "attn_layer_offset": LAYERS_MAX - 1,  # below attn_layer_period
+    "kda_layers": LAYERS_MAX,
+    "full_attn_layers": LAYERS_MAX,
+    "linear_num_key_heads": HEADS_MAX,
+    "linear_num_value_heads": HEADS_MAX,
+    "num_heads": HEADS_MAX,
+    "mamba_n_heads": HEADS_MAX,
+    "mamba_n_groups": HEADS_MAX,
+    "linear_key_head_dim": HEAD_DIM_MAX,
+    "linear_value_head_dim": HEAD_DIM_MAX,
+    "mamba_d_head": HEAD_DIM_MAX,
+    "linear_conv_kernel_dim": CONV_KERNEL_MAX,
+    "short_conv_kernel_size": CONV_KERNEL_MAX,
+    "mamba_d_conv": CONV_KERNEL_MAX,
+    "mamba_d_state": STATE_DIM_MAX,
+    "mamba_expand": EXPAND_MAX,
 }
 
 assert units.is_supported_ratio(COMPRESS_RATIO_MAX)  # the largest ratio allowed is a usable one

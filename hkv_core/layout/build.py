@@ -11,6 +11,7 @@ from hkv_core.layout.kinds import (
     KIND_ORDER,
     TAIL_DTYPE,
     TAIL_ROW_PARTS,
+    AttentionKind,
     EntryKind,
     ObjectKind,
     attention_kind,
@@ -33,7 +34,8 @@ def build_groups(cfg: ModelConfig, *, draft: bool) -> tuple[LayerGroup, ...]:
     members: dict[tuple[int, int, int], list[int]] = {}
     for layer in range(first, last):
         ratio, window = g.layer_ratios[layer], g.layer_windows[layer]
-        order = KIND_ORDER.index(attention_kind(ratio))
+        kind = AttentionKind.LINEAR if layer in g.linear_layers else attention_kind(ratio)
+        order = KIND_ORDER.index(kind)
         members.setdefault((order, ratio, window), []).append(layer)
     keys = sorted(members)
     groups = tuple(_group(cfg, key, members[key], _name(key, keys, draft), draft) for key in keys)
@@ -52,8 +54,11 @@ def _name(key: tuple[int, int, int], keys: Sequence[tuple[int, int, int]], draft
 def _group(
     cfg: ModelConfig, key: tuple[int, int, int], layers: list[int], name: str, draft: bool
 ) -> LayerGroup:
-    _, ratio, window = key
-    kind = attention_kind(ratio)
+    order, ratio, window = key
+    kind = KIND_ORDER[order]
+    if kind is AttentionKind.LINEAR:
+        return LayerGroup(name=name, kind=kind, compress_ratio=0, layer_ids=tuple(layers), window_tokens=0,
+                          draft=draft, state=cfg.geometry.state)
     heads, dim, topk = cfg.geometry.index if ratio == cfg.geometry.indexed_ratio else (0, 0, 0)
     return LayerGroup(
         name=name, kind=kind, compress_ratio=ratio, layer_ids=tuple(layers),
@@ -79,9 +84,18 @@ def group_pools(cfg: ModelConfig, group: LayerGroup) -> tuple[PoolSpec, ...]:
     - ``swa_window`` when the layer keeps a window: raw KV rows, a block per page;
     - ``indexer_state`` for a group with an indexer: indexer keys (like compressed
       entries, width index_head_dim) and, for CSA, the indexer compressor tail
-      (like the main tail; DeepSeek-V3.2's full layers keep a key per token, no tail).
+      (like the main tail; DeepSeek-V3.2's full layers keep a key per token, no tail);
+    - ``recurrent_state`` for a LINEAR group: its convolution state and its SSM state, one entry each (the
+      whole state at a resume point), a snapshot page per point like a tail.
     Every page is rounded up to a multiple of the alignment.
     """
+    if group.state is not None:
+        state = group.state
+        return tuple(
+            make_pool(group, ObjectKind.RECURRENT_STATE, entry, dtype=dtype, entry_shape=shape, base_entries=1,
+                      alignment_bytes=cfg.alignment_bytes)
+            for entry, dtype, shape in ((EntryKind.CONV_STATE, state.conv_dtype, state.conv_shape),
+                                        (EntryKind.SSM_STATE, state.ssm_dtype, state.ssm_shape)))
     r, kv_dtype, kv_shape = group.compress_ratio, cfg.kv_dtype, cfg.geometry.kv_entry_shape
     entries_base = math.lcm(cfg.block_tokens, r) // r if r else 0
     tail_base = units.tail_rows_max(r) + 1

@@ -28,11 +28,12 @@ from hkv_core.layout.model_types import (
     supported_model_types,
 )
 from hkv_core.layout.reader import ConfigReader
+from hkv_core.layout.recurrent import RECURRENT_RULES, SSM_DTYPE_KEY, read_recurrent
 
 DEFAULT_BLOCK_TOKENS = 256  # vLLM's recommended V4 block; TensorRT-LLM allows 128 or 256
 DEFAULT_ALIGNMENT_BYTES = 4096  # direct I/O alignment: every page can be DMA'd and O_DIRECT'd
 HKV_TABLE = "hkv"  # optional table of hkv-only options inside a config / preset
-HKV_KEYS = ("block_tokens", "alignment_bytes")
+HKV_KEYS = ("block_tokens", "alignment_bytes", SSM_DTYPE_KEY)
 MODEL_TYPE_KEY = "model_type"
 
 assert DEFAULT_BLOCK_TOKENS <= BLOCK_TOKENS_MAX and DEFAULT_ALIGNMENT_BYTES <= ALIGNMENT_BYTES_MAX
@@ -83,9 +84,13 @@ def parse_config(
     vocab = reader.integer("vocab_size", default=0)
     block, alignment = _hkv_options(reader, block_tokens)
     geometry = read_geometry(reader, model_type, (main, mtp), heads, hidden)
+    kv_dtype = _kv_dtype(reader)
+    if model_type.recurrent:
+        linear, state = read_recurrent(reader, RECURRENT_RULES[type_name], main, hidden, kv_dtype)
+        geometry = attrs.evolve(geometry, linear_layers=linear, state=state)
     return ModelConfig(
         name=name, source=source, model_type=type_name, main_layers=main, mtp_layers=mtp,
-        hidden_size=hidden, num_attention_heads=heads, vocab_size=vocab, kv_dtype=_kv_dtype(reader),
+        hidden_size=hidden, num_attention_heads=heads, vocab_size=vocab, kv_dtype=kv_dtype,
         block_tokens=block, alignment_bytes=alignment, geometry=geometry,
     )
 
@@ -103,7 +108,7 @@ def _model_type(reader: ConfigReader) -> tuple[str, ModelType]:
     if name not in MODEL_TYPES:
         reader.fail(MODEL_TYPE_KEY, f"unsupported model type {name!r} ({supported})")
     model_type = MODEL_TYPES[name]
-    for key, why in foreign_keys(model_type).items():
+    for key, why in foreign_keys(model_type, name).items():
         if reader.present(key):
             reader.fail(key, f"a {name!r} config must not have {key!r}: {why}")
     return name, model_type

@@ -23,6 +23,7 @@ from hkv_core import units
 from hkv_core.layout.bounds import HEAD_DIM_MAX
 from hkv_core.layout.model_types import Family, ModelType, Sliding
 from hkv_core.layout.reader import ConfigReader
+from hkv_core.layout.records import RecurrentShape
 
 INDEX_KEYS = ("index_n_heads", "index_head_dim", "index_topk")
 SLIDING, FULL = "sliding_attention", "full_attention"  # known HF ``layer_types``
@@ -48,6 +49,11 @@ class Geometry:
     layer_windows: tuple[int, ...]
     index: tuple[int, int, int] = (0, 0, 0)  # index_n_heads, index_head_dim, index_topk
     indexed_ratio: int = units.OVERLAP_RATIO  # the layers with the indexer: CSA (V4), full attention (V3.2)
+    linear_layers: frozenset[int] = frozenset()  # layers that keep a recurrent state instead of KV (LINEAR)
+    state: RecurrentShape | None = None  # what each of them keeps
+
+    def __attrs_post_init__(self) -> None:
+        assert bool(self.linear_layers) == (self.state is not None), self
 
 
 def read_geometry(reader: ConfigReader, model_type: ModelType, layers: tuple[int, int], heads: int,

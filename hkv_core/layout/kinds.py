@@ -18,6 +18,7 @@ class AttentionKind(StrEnum):
     CSA = "CSA"  # r = 4: window + top-k compressed entries chosen by the indexer
     HCA = "HCA"  # r >= 8: window + every visible compressed entry
     FULL = "FULL"  # r = 1: classic full attention; raw KV = identity-compressed entries
+    LINEAR = "LINEAR"  # no KV: a linear-attention / state-space layer keeps one fixed-size recurrent state
 
 
 class ObjectKind(StrEnum):
@@ -27,6 +28,7 @@ class ObjectKind(StrEnum):
     COMPRESSOR_TAIL = "compressor_tail"
     SWA_WINDOW = "swa_window"
     INDEXER_STATE = "indexer_state"
+    RECURRENT_STATE = "recurrent_state"
 
 
 class EntryKind(StrEnum):
@@ -35,6 +37,8 @@ class EntryKind(StrEnum):
     COMPRESSED_ENTRY = "compressed_entry"  # one per r tokens (K_j or KI_j)
     TAIL_ROW = "tail_row"  # one (a, z) compressor row per token
     WINDOW_ROW = "window_row"  # one raw kv row per token
+    CONV_STATE = "conv_state"  # a linear layer's short-convolution state: one entry, the whole state at P
+    SSM_STATE = "ssm_state"  # a linear layer's recurrent (SSM / delta-rule) state: one entry, the whole state at P
 
 
 # Pool component name per (object kind, entry kind): the suffix of pool names and
@@ -45,7 +49,12 @@ COMPONENTS: dict[tuple[ObjectKind, EntryKind], str] = {
     (ObjectKind.SWA_WINDOW, EntryKind.WINDOW_ROW): "swa_window",
     (ObjectKind.INDEXER_STATE, EntryKind.COMPRESSED_ENTRY): "indexer_state.keys",
     (ObjectKind.INDEXER_STATE, EntryKind.TAIL_ROW): "indexer_state.tail",
+    (ObjectKind.RECURRENT_STATE, EntryKind.CONV_STATE): "recurrent_state.conv",
+    (ObjectKind.RECURRENT_STATE, EntryKind.SSM_STATE): "recurrent_state.ssm",
 }
+# Entry kinds of point snapshots: one page per retained resume point holds what a resume at exactly P reads.
+SNAPSHOT_ENTRIES = frozenset({EntryKind.TAIL_ROW, EntryKind.CONV_STATE, EntryKind.SSM_STATE})
+STATE_ENTRIES = frozenset({EntryKind.CONV_STATE, EntryKind.SSM_STATE})  # one entry: the state after token P - 1
 
 # Canonical order of groups in a layout.
 KIND_ORDER: tuple[AttentionKind, ...] = (
@@ -53,6 +62,7 @@ KIND_ORDER: tuple[AttentionKind, ...] = (
     AttentionKind.CSA,
     AttentionKind.HCA,
     AttentionKind.FULL,
+    AttentionKind.LINEAR,
 )
 
 # Element sizes of the dtypes pools may use, by short name.
@@ -62,9 +72,10 @@ HF_DTYPES: dict[str, str] = {"bfloat16": "bf16", "float16": "fp16", "float32": "
 DEFAULT_KV_DTYPE = "bf16"
 TAIL_DTYPE = "fp32"  # compressor (a, z) rows: kept in full precision
 TAIL_ROW_PARTS = 2  # a tail row stores a and z, each c*d wide
+SSM_STATE_DTYPE = "fp32"  # a recurrent state accumulates over every token: kept in full precision by default
 
 assert set(HF_DTYPES.values()) <= set(DTYPE_BYTES)
-assert DEFAULT_KV_DTYPE in DTYPE_BYTES and TAIL_DTYPE in DTYPE_BYTES
+assert DEFAULT_KV_DTYPE in DTYPE_BYTES and TAIL_DTYPE in DTYPE_BYTES and SSM_STATE_DTYPE in DTYPE_BYTES
 
 
 def attention_kind(ratio: int) -> AttentionKind:

@@ -202,6 +202,11 @@ class Layout:
         """
         return sum(p.bytes_per_token for p in self.pools if p.object_kind is object_kind)
 
+    def recurrent_state_bytes(self) -> int:
+        """Bytes of the recurrent state of every main linear layer at one resume point (0 without any): what
+        each retained point of a hybrid keeps besides its per-token KV, whatever its length."""
+        return sum(g.state.bytes_per_layer * g.layer_count for g in self.groups if g.state is not None)
+
 
 def layout_windows(layout: Layout) -> tuple[int, ...]:
     """The sliding window of each main layer (0: none), in layer order."""

@@ -12,6 +12,8 @@ from enum import StrEnum
 
 import attrs
 
+from hkv_core.layout.recurrent import RECURRENT_RULES, foreign_recurrent_keys
+
 
 class Family(StrEnum):
     """How a model caches K and V (``Layout.family``)."""
@@ -47,6 +49,7 @@ class ModelType:
     defaults: tuple[tuple[str, object], ...] = ()
     text_config: str = ""
     indexer: bool = False  # an MLA type whose every layer keeps a lightning-indexer key per token (V3.2)
+    recurrent: bool = False  # a hybrid: some layers keep a recurrent state (hkv_core/layout/recurrent.py)
 
 
 # transformers' Gemma2Config / Gemma3TextConfig defaults for the keys hkv reads
@@ -72,6 +75,11 @@ MODEL_TYPES: dict[str, ModelType] = {
     "gemma2": ModelType(Family.STANDARD, Sliding.ALTERNATE, _GEMMA2_DEFAULTS),
     "gemma3_text": ModelType(Family.STANDARD, Sliding.PATTERN, _GEMMA3_DEFAULTS),
     "gemma3": ModelType(Family.STANDARD, Sliding.PATTERN, _GEMMA3_DEFAULTS, text_config="gemma3_text"),
+    # linear-attention / state-space hybrids: their attention layers are full attention of the family named
+    "qwen3_next": ModelType(Family.STANDARD, recurrent=True),  # Gated DeltaNet + gated full attention
+    "kimi_linear": ModelType(Family.MLA, recurrent=True),  # Kimi Delta Attention + MLA
+    "jamba": ModelType(Family.STANDARD, recurrent=True),  # Mamba + attention
+    "granitemoehybrid": ModelType(Family.STANDARD, recurrent=True),  # Granite 4.0-H: Mamba-2 + attention
 }
 
 _V4_KEYS = {
@@ -109,18 +117,15 @@ assert set(SLIDING_FOREIGN_KEYS) == set(Sliding) and set(FOREIGN_KEYS) == set(Fa
 assert all(t.sliding is Sliding.NONE for t in MODEL_TYPES.values() if t.family is not Family.STANDARD)
 
 
-# Types hkv knows and does not serve yet: each layer of theirs that is not attention keeps a fixed-size recurrent
-# state (convolution and SSM / delta-rule state) instead of per-token KV, a kind the spec does not have yet.
+# Hybrid types hkv knows and does not read yet, with what they have that the layout cannot say: Nemotron-H's MLP-only
+# layers keep no state at all, Falcon-H1's layers run attention and Mamba-2 side by side in one layer.
 RECURRENT_MODEL_TYPES: dict[str, str] = {
-    "qwen3_next": "Gated DeltaNet layers",
-    "kimi_linear": "Kimi Delta Attention layers",
-    "nemotron_h": "Mamba-2 layers",
-    "falcon_h1": "Mamba-2 heads beside attention",
-    "granitemoehybrid": "Mamba-2 layers",
-    "jamba": "Mamba layers",
+    "nemotron_h": "Mamba-2 layers and MLP-only layers that keep no state",
+    "falcon_h1": "Mamba-2 heads beside attention in the same layer",
     "bamba": "Mamba-2 layers",
 }
 assert not set(RECURRENT_MODEL_TYPES) & set(MODEL_TYPES)
+assert {name for name, t in MODEL_TYPES.items() if t.recurrent} == set(RECURRENT_RULES)
 
 
 def supported_model_types() -> str:
@@ -128,8 +133,16 @@ def supported_model_types() -> str:
     return ", ".join(sorted(MODEL_TYPES))
 
 
-def foreign_keys(model_type: ModelType) -> dict[str, str]:
-    """The keys a config of ``model_type`` must not carry, with why."""
+def foreign_keys(model_type: ModelType, name: str = "") -> dict[str, str]:
+    """The keys a config of ``model_type`` (called ``name``) must not carry, with why."""
+    recurrent = foreign_recurrent_keys(name)
+    if model_type.recurrent:  # layer_types is the rule's to read or refuse; no sliding window
+        own = {key: why for key, why in _family_foreign(model_type).items() if key != "layer_types"}
+        return {**own, **recurrent, "sliding_window": "this type has no sliding-window layers"}
+    return {**_family_foreign(model_type), **recurrent}
+
+
+def _family_foreign(model_type: ModelType) -> dict[str, str]:
     if model_type.indexer:  # the indexer's keys are this type's own, not V4's; layer_types is read (geometry.py)
         return {key: why for key, why in FOREIGN_KEYS[model_type.family].items()
                 if not key.startswith("index_") and key != "layer_types"}

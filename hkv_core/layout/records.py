@@ -10,6 +10,8 @@ from hkv_core import units
 from hkv_core.layout.kinds import (
     COMPONENTS,
     DTYPE_BYTES,
+    SNAPSHOT_ENTRIES,
+    STATE_ENTRIES,
     AttentionKind,
     EntryKind,
     ObjectKind,
@@ -20,6 +22,32 @@ ABI_VERSION = 1  # bump when the byte layout of any pool changes
 
 
 @attrs.frozen(kw_only=True)
+class RecurrentShape:
+    """The recurrent state one linear-attention / state-space layer keeps, whatever the prompt length.
+
+    ``conv_shape``: the short convolution's state (channels, kernel - 1: the last kernel - 1 inputs), in
+    ``conv_dtype``; ``ssm_shape``: the recurrent state (Mamba's SSM state, Gated DeltaNet's / KDA's delta-rule
+    matrix) in ``ssm_dtype``.  ``mixer`` names the layer (``gated_deltanet``, ``kda``, ``mamba``, ``mamba2``).
+    """
+
+    mixer: str
+    conv_shape: tuple[int, ...]
+    conv_dtype: str
+    ssm_shape: tuple[int, ...]
+    ssm_dtype: str
+
+    def __attrs_post_init__(self) -> None:
+        assert self.conv_dtype in DTYPE_BYTES and self.ssm_dtype in DTYPE_BYTES, self
+        assert min(self.conv_shape + self.ssm_shape) >= 1, self
+
+    @property
+    def bytes_per_layer(self) -> int:
+        """Bytes of one layer's whole state (convolution and recurrent)."""
+        return (math.prod(self.conv_shape) * DTYPE_BYTES[self.conv_dtype]
+                + math.prod(self.ssm_shape) * DTYPE_BYTES[self.ssm_dtype])
+
+
+@attrs.frozen(kw_only=True)
 class LayerGroup:
     """Layers with identical cache geometry (same kind, compress ratio and window).
 
@@ -27,6 +55,7 @@ class LayerGroup:
     ``index_*`` describe the lightning indexer: every CSA group has one (DeepSeek-V4), full-attention groups
     have one in DeepSeek-V3.2 (one key per token), other groups none (0).
     ``draft`` marks MTP / draft layers, whose state is needed only when speculating.
+    ``state`` describes a LINEAR group's recurrent state per layer (empty for attention groups).
     """
 
     name: str
@@ -38,9 +67,13 @@ class LayerGroup:
     index_head_dim: int = 0
     index_topk: int = 0
     draft: bool = False
+    state: RecurrentShape | None = None
 
     def __attrs_post_init__(self) -> None:
-        assert attention_kind(self.compress_ratio) is self.kind, (self.kind, self.compress_ratio)
+        linear = self.kind is AttentionKind.LINEAR
+        assert linear == (self.state is not None), self
+        assert linear or attention_kind(self.compress_ratio) is self.kind, (self.kind, self.compress_ratio)
+        assert not linear or (self.compress_ratio, self.window_tokens) == (0, 0), self
         assert self.layer_ids and list(self.layer_ids) == sorted(set(self.layer_ids)), self
         assert self.window_tokens == 0 or self.window_tokens >= 2, self.window_tokens
         index = (self.index_n_heads, self.index_head_dim, self.index_topk)
@@ -102,8 +135,32 @@ class PoolSpec:
 
     @property
     def bytes_per_token(self) -> float:
-        """Bytes this pool holds per token it covers, summed over the group's layers."""
+        """Bytes this pool holds per token it covers, summed over the group's layers (0 for a recurrent
+        state: its size does not grow with the tokens it summarises)."""
+        if self.entry_kind in STATE_ENTRIES:
+            return 0.0
         return self.entry_bytes * self.layer_count / self.tokens_per_entry
+
+    @property
+    def snapshot(self) -> bool:
+        """A point-snapshot pool (compressor tail rows, recurrent state): one page per retained resume point
+        holds exactly what a resume at its position reads."""
+        return self.entry_kind in SNAPSHOT_ENTRIES
+
+    def point_entries(self, prefix_tokens: int) -> int:
+        """Entries of a snapshot pool a resume at P reads (rows [0, n) of the snapshot page)."""
+        assert self.snapshot, self
+        if self.entry_kind in STATE_ENTRIES:
+            return units.state_entries(prefix_tokens)
+        return units.tail_rows(prefix_tokens, self.compress_ratio)
+
+    def point_start_token(self, prefix_tokens: int) -> int:
+        """Where a snapshot at P starts: two ends whose snapshots start at the same token in every member
+        pool may share one page (tails); a recurrent state starts at P itself, so they never do."""
+        assert self.snapshot, self
+        if self.entry_kind in STATE_ENTRIES:
+            return units.state_start_token(prefix_tokens)
+        return units.tail_start_token(prefix_tokens, self.compress_ratio)
 
 
 def make_pool(

@@ -72,6 +72,7 @@ def _layout_dict(layout: Layout) -> dict[str, Any]:
         "pools": [_pool_dict(pool) for pool in layout.pools],
         "mtp_pools": [_pool_dict(pool) for pool in layout.mtp_pools],
         "bytes_per_token": {k.value: layout.bytes_per_token(k) for k in layout.object_kinds()},
+        "recurrent_state_bytes": layout.recurrent_state_bytes(),
     }
 
 
@@ -89,6 +90,11 @@ def _group_dict(group: LayerGroup) -> dict[str, Any]:
         "window_tokens": group.window_tokens,
         "indexer": indexer,
         "draft": group.draft,
+        "recurrent_state": None if group.state is None else {
+            "mixer": group.state.mixer, "conv_shape": list(group.state.conv_shape),
+            "conv_dtype": group.state.conv_dtype,
+            "ssm_shape": list(group.state.ssm_shape), "ssm_dtype": group.state.ssm_dtype,
+            "bytes_per_layer": group.state.bytes_per_layer},
     }
 
 
@@ -146,6 +152,7 @@ def _requirements_dict(g: GroupRequirements) -> dict[str, Any]:
         "indexer_tail_rows": None if g.indexer_tail is None else _tail_dict(g.indexer_tail),
         "window_rows": g.window_rows,
         "window_tokens": list(g.window_token_range),
+        "state_entries": g.state_entries,
         "pools": [{"pool": n.pool_name, "entries": n.entries, "bytes": n.bytes} for n in g.pools],
         "bytes_per_layer": g.bytes_per_layer,
         "bytes": g.bytes,

@@ -8,7 +8,9 @@ The first new token is at position P.  Per layer (identical within a group):
   r = 4 the 4 overlap rows of the previous complete block (the padding
   sentinel a = 0, z = -inf while P < 4) plus ``P mod 4`` remainder rows; for
   r >= 8 ``P mod r`` rows;
-- sliding window: raw KV of positions ``[max(0, P - W + 1), P)``.
+- sliding window: raw KV of positions ``[max(0, P - W + 1), P)``;
+- a linear-attention / state-space layer: its whole recurrent state (convolution
+  and SSM state) as it was after token P - 1, one entry per pool (none at P = 0).
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ class GroupRequirements:
     indexer_tail: TailRows | None
     window_rows: int
     window_token_range: tuple[int, int]
+    state_entries: int  # recurrent-state entries per pool (a LINEAR group: 1 for P > 0)
     pools: tuple[PoolNeed, ...]
     bytes_per_layer: int
     bytes: int
@@ -131,6 +134,8 @@ def _group(layout: Layout, group: LayerGroup, p: int) -> GroupRequirements:
         EntryKind.COMPRESSED_ENTRY: entries,
         EntryKind.TAIL_ROW: tail.total,
         EntryKind.WINDOW_ROW: units.window_rows(p, w),
+        EntryKind.CONV_STATE: units.state_entries(p),
+        EntryKind.SSM_STATE: units.state_entries(p),
     }
     pools = tuple(_need(pool, counts[pool.entry_kind]) for pool in layout.pools_of(group.name))
     per_layer = sum(need.bytes for need in pools)
@@ -141,6 +146,7 @@ def _group(layout: Layout, group: LayerGroup, p: int) -> GroupRequirements:
         indexer_tail=tail if group.has_indexer and units.tail_rows_max(r) else None,
         window_rows=units.window_rows(p, w),
         window_token_range=(units.window_start_token(p, w), p),
+        state_entries=units.state_entries(p) if group.state is not None else 0,
         pools=pools, bytes_per_layer=per_layer, bytes=per_layer * group.layer_count,
     )
 

@@ -31,10 +31,24 @@ def format_report_text(report: Mapping[str, Any]) -> str:
         "bytes per token (all main layers)",
         *_table(["object kind", "bytes/token"],
                 [[kind, f"{value:g}"] for kind, value in report["bytes_per_token"].items()]),
+        *_state_lines(report),
     ]
     if report.get("resume") is not None:
         lines += ["", *_resume_lines(report["resume"])]
     return "\n".join(lines)
+
+
+def _state_lines(report: Mapping[str, Any]) -> list[str]:
+    """The recurrent state of a hybrid's linear layers: what every resume point keeps whatever its length."""
+    states = [g for g in report["groups"] if g.get("recurrent_state")]
+    if not states:
+        return []
+    rows = [[g["name"], g["recurrent_state"]["mixer"], str(g["layers"]),
+             "[" + ",".join(map(str, g["recurrent_state"]["conv_shape"])) + "] " + g["recurrent_state"]["conv_dtype"],
+             "[" + ",".join(map(str, g["recurrent_state"]["ssm_shape"])) + "] " + g["recurrent_state"]["ssm_dtype"],
+             str(g["recurrent_state"]["bytes_per_layer"])] for g in states]
+    return ["", f"recurrent state per resume point: {report['recurrent_state_bytes']} bytes",
+            *_table(["group", "mixer", "layers", "conv state", "ssm state", "bytes/layer"], rows)]
 
 
 def _group_row(g: Mapping[str, Any]) -> list[str]:

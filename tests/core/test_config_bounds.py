@@ -54,6 +54,45 @@ def llama_layers(config: Config, value: int) -> None:
     config["num_hidden_layers"] = value
 
 
+def keys(**fixed: int) -> Callable[[str], Setter]:
+    """Set `name` to the value, and the `fixed` keys beside it (None: removed)."""
+    def setter(name: str) -> Setter:
+        def put(config: Config, value: int) -> None:
+            config.update(fixed)
+            config[name] = value
+            for k in [k for k, v in config.items() if v is None]:
+                del config[k]
+        return put
+    return setter
+
+
+def kda(name: str) -> Setter:
+    def put(config: Config, value: int) -> None:
+        config["linear_attn_config"][name] = value
+    return put
+
+
+def kda_layers(name: str) -> Setter:
+    """Layers 1..4096 split between the two lists; the last entry of `name` is the value."""
+    def put(config: Config, value: int) -> None:
+        other = "full_attn_layers" if name == "kda_layers" else "kda_layers"
+        config["num_hidden_layers"] = b.LAYERS_MAX
+        config["linear_attn_config"].update({other: list(range(1, b.LAYERS_MAX)), name: [value]})
+    return put
+
+
+def qwen_interval(config: Config, value: int) -> None:
+    config.update(num_hidden_layers=b.LAYERS_MAX, full_attention_interval=value)
+
+
+def jamba_period(config: Config, value: int) -> None:
+    config.update(num_hidden_layers=b.LAYERS_MAX, attn_layer_period=value, attn_layer_offset=0)
+
+
+def jamba_offset(config: Config, value: int) -> None:
+    config.update(num_hidden_layers=b.LAYERS_MAX, attn_layer_period=b.LAYERS_MAX, attn_layer_offset=value)
+
+
 # key named in the error -> (preset, how to set it, limit)
 BOUNDS: dict[str, tuple[str, Setter, int]] = {
     "num_hidden_layers": ("llama_full", llama_layers, b.LAYERS_MAX),
@@ -76,7 +115,34 @@ BOUNDS: dict[str, tuple[str, Setter, int]] = {
     "vocab_size": ("llama_full", key("vocab_size"), b.VOCAB_SIZE_MAX),
     "hkv.block_tokens": ("llama_full", hkv_key("block_tokens"), b.BLOCK_TOKENS_MAX),
     "hkv.alignment_bytes": ("tiny_v4", hkv_key("alignment_bytes"), b.ALIGNMENT_BYTES_MAX),
+    # linear-attention / state-space hybrids (each at its limit still within one layer's state bytes limit)
+    "full_attention_interval": ("qwen3_next_80b", qwen_interval, b.LAYERS_MAX),
+    "linear_num_key_heads": ("qwen3_next_80b", keys(linear_num_value_heads=b.HEADS_MAX)("linear_num_key_heads"),
+                             b.HEADS_MAX),
+    "linear_num_value_heads": ("qwen3_next_80b", keys(linear_num_key_heads=1)("linear_num_value_heads"),
+                               b.HEADS_MAX),
+    "linear_key_head_dim": ("qwen3_next_80b", keys(linear_num_key_heads=1, linear_num_value_heads=1)(
+        "linear_key_head_dim"), b.HEAD_DIM_MAX),
+    "linear_value_head_dim": ("qwen3_next_80b", keys(linear_num_key_heads=1, linear_num_value_heads=1)(
+        "linear_value_head_dim"), b.HEAD_DIM_MAX),
+    "linear_conv_kernel_dim": ("qwen3_next_80b", key("linear_conv_kernel_dim"), b.CONV_KERNEL_MAX),
+    "linear_attn_config.kda_layers": ("kimi_linear_48b", kda_layers("kda_layers"), b.LAYERS_MAX),
+    "linear_attn_config.full_attn_layers": ("kimi_linear_48b", kda_layers("full_attn_layers"), b.LAYERS_MAX),
+    "linear_attn_config.num_heads": ("kimi_linear_48b", kda("num_heads"), b.HEADS_MAX),
+    "linear_attn_config.short_conv_kernel_size": ("kimi_linear_48b", kda("short_conv_kernel_size"),
+                                                  b.CONV_KERNEL_MAX),
+    "attn_layer_period": ("jamba_mini", jamba_period, b.LAYERS_MAX),
+    "attn_layer_offset": ("jamba_mini", jamba_offset, b.LAYERS_MAX - 1),
+    "mamba_d_conv": ("jamba_mini", key("mamba_d_conv"), b.CONV_KERNEL_MAX),
+    "mamba_expand": ("granite_4_h_small", keys(mamba_d_head=None)("mamba_expand"), b.EXPAND_MAX),
+    "mamba_n_heads": ("granite_4_h_small", keys(mamba_d_head=None)("mamba_n_heads"), b.HEADS_MAX),
+    "mamba_n_groups": ("granite_4_h_small", keys(mamba_d_head=None, mamba_n_heads=b.HEADS_MAX)("mamba_n_groups"),
+                       b.HEADS_MAX),
+    "mamba_d_head": ("granite_4_h_small", keys(mamba_n_heads=1, mamba_expand=16)("mamba_d_head"), b.HEAD_DIM_MAX),
+    "mamba_d_state": ("granite_4_h_small", keys(hidden_size=1024, mamba_d_head=None)("mamba_d_state"),
+                      b.STATE_DIM_MAX),
 }
+PREFIXES = ("hkv.", "linear_attn_config.")
 
 
 def config_with(name: str, value: int) -> Config:
@@ -87,8 +153,14 @@ def config_with(name: str, value: int) -> Config:
 
 
 def test_every_bounded_key_is_tested() -> None:
-    assert {name.removeprefix("hkv.") for name in BOUNDS} == set(b.KEY_MAXIMUM)
-    assert all(b.KEY_MAXIMUM[name.removeprefix("hkv.")] == limit for name, (_, _, limit) in BOUNDS.items())
+    assert {_bare(name) for name in BOUNDS} == set(b.KEY_MAXIMUM)
+    assert all(b.KEY_MAXIMUM[_bare(name)] == limit for name, (_, _, limit) in BOUNDS.items())
+
+
+def _bare(name: str) -> str:
+    for prefix in PREFIXES:
+        name = name.removeprefix(prefix)
+    return name
 
 
 @pytest.mark.parametrize("name", sorted(BOUNDS))
