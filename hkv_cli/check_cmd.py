@@ -16,15 +16,19 @@ from hkv_core.checker import impl as impl_bound
 from hkv_core.checker import world as bound
 from hkv_core.checker.impl import ImplCheckConfig, ImplCheckResult, check_implementation, seeded_manager
 from hkv_core.spec import load_lifecycle
+from hkv_core.spec.records import LifecycleSpec
 
 _CHECK, _IMPL = CheckConfig(), ImplCheckConfig()  # the defaults the options show
+# The layouts the implementation check runs on: tiny_csa has every kind of an attention model (compressed KV,
+# compressor tails, the window, indexer keys and tails), tiny_linear a hybrid's recurrent state beside full KV.
+IMPL_LAYOUTS = ("tiny_csa", "tiny_linear")
 
 
-def exit_status(result: CheckResult, impl: ImplCheckResult | None) -> int:
-    """1 when an invariant is violated, else 3 when a state cap stopped either search, else 0."""
-    if result.violations or (impl is not None and impl.violations):
+def exit_status(result: CheckResult, impls: list[ImplCheckResult]) -> int:
+    """1 when an invariant is violated, else 3 when a state cap stopped any search, else 0."""
+    if result.violations or any(impl.violations for impl in impls):
         return FAILED
-    if result.truncated or (impl is not None and impl.truncated):
+    if result.truncated or any(impl.truncated for impl in impls):
         return TRUNCATED
     return OK
 
@@ -39,7 +43,7 @@ def exit_status(result: CheckResult, impl: ImplCheckResult | None) -> int:
                    "the abstract world, and the real CacheManager, which runs on the tables compiled from it.")
 @click.option("--prefixes", default=_CHECK.prefixes, show_default=True,
               type=click.IntRange(1, bound.MAX_PREFIXES),
-              help="Prefixes; each is one segment per kind of the spec: the device objects (4 kinds), "
+              help="Prefixes; each is one segment per kind of the spec: the device objects (5 kinds), "
                    "its tier load, its block (chained to the previous prefix's) and its resume point.")
 @click.option("--seeded", "seeded_prefixes", default=_CHECK.seeded_prefixes, show_default=True,
               type=click.IntRange(0, bound.MAX_PREFIXES),
@@ -63,9 +67,13 @@ def exit_status(result: CheckResult, impl: ImplCheckResult | None) -> int:
               type=click.IntRange(1, impl_bound.MAX_STATES),
               help="State cap of the implementation check (about 30 KB and 2 ms a state): at the cap the "
                    "search stops growing and the result is TRUNCATED (exit 3).")
+@click.option("--impl-layout", "impl_layouts", multiple=True, default=IMPL_LAYOUTS, show_default=True,
+              type=click.Choice(IMPL_LAYOUTS),
+              help="Layouts the implementation check runs on, one search each (repeat the option).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def check_command(spec_path: str | None, prefixes: int, seeded_prefixes: int, requests: int, device_slots: int,
-                  max_depth: int, max_states: int, impl_depth: int, impl_max_states: int, as_json: bool) -> None:
+                  max_depth: int, max_states: int, impl_depth: int, impl_max_states: int,
+                  impl_layouts: tuple[str, ...], as_json: bool) -> None:
     """Explore every reachable state within the bound; evaluate every invariant in each.
 
     Two checks: the abstract lifecycle spec (every event on every segment:
@@ -76,38 +84,44 @@ def check_command(spec_path: str | None, prefixes: int, seeded_prefixes: int, re
     spec = load_lifecycle(spec_path)  # a bad file is a SpecError naming it (hkv_core.spec.toml_fields.read_toml)
     config = CheckConfig(prefixes=prefixes, requests=requests, device_slots=device_slots, max_depth=max_depth,
                          seeded_prefixes=min(seeded_prefixes, prefixes), max_states=max_states)
-    impl_config = ImplCheckConfig(max_depth=impl_depth, max_states=impl_max_states)
-    if impl_depth > 0:
+    impl_configs = [ImplCheckConfig(layout=name, max_depth=impl_depth, max_states=impl_max_states)
+                    for name in dict.fromkeys(impl_layouts)] if impl_depth > 0 else []
+    for impl_config in impl_configs:
         seeded_manager(impl_config, spec)  # a spec the manager cannot run on is refused before the long search
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                   console=console, transient=True, disable=as_json) as bar:
         task = bar.add_task("exploring: 0 states", total=None)
         result = check(spec, config,
                        progress=lambda n: bar.update(task, description=f"exploring: {n:,} states"))
-        impl = None
-        if impl_depth > 0:
-            task2 = bar.add_task("manager: 0 states", total=None)
-            impl = check_implementation(
-                impl_config, progress=lambda n: bar.update(task2, description=f"manager: {n:,} states"), spec=spec)
-    status = exit_status(result, impl)
+        impls = [_impl_search(bar, impl_config, spec) for impl_config in impl_configs]
+    status = exit_status(result, impls)
     if as_json:
         payload = result_dict(result, config)
-        payload["implementation"] = impl_dict(impl, impl_config) if impl else None
+        found = [impl_dict(impl, impl_config) for impl, impl_config in zip(impls, impl_configs, strict=True)]
+        payload["implementation"] = found[0] if found else None  # the first layout's (tiny_csa by default)
+        payload["implementations"] = found
         payload["spec"] = spec.source
         payload["status"] = {OK: "ok", FAILED: "violations", TRUNCATED: "truncated"}[status]
         payload["exit_status"] = status
         print_json(payload)
     else:
-        out.print(f"spec: {plain(spec.source)} (both checks)" if impl else f"spec: {plain(spec.source)}",
+        out.print(f"spec: {plain(spec.source)} (both checks)" if impls else f"spec: {plain(spec.source)}",
                   highlight=False)
         _print_table(result, config)
-        if impl:
+        for impl, impl_config in zip(impls, impl_configs, strict=True):
             _print_impl(impl, impl_config)
         if status == TRUNCATED:
             out.print("[yellow]TRUNCATED[/yellow]: a state cap stopped the search before the bound was explored; "
                       "no violation in the states explored, but no verdict (exit 3). Lower --depth, --prefixes, "
                       "--requests or --impl-depth.", highlight=False)
     raise SystemExit(status)
+
+
+def _impl_search(bar: Progress, config: ImplCheckConfig, spec: LifecycleSpec) -> ImplCheckResult:
+    task = bar.add_task(f"manager on {config.layout}: 0 states", total=None)
+    return check_implementation(
+        config, spec=spec,
+        progress=lambda n: bar.update(task, description=f"manager on {config.layout}: {n:,} states"))
 
 
 def impl_dict(result: ImplCheckResult, config: ImplCheckConfig) -> dict[str, Any]:

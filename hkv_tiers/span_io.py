@@ -54,7 +54,7 @@ def rows(layout: Layout, spec: PoolSpec, lo: int, hi: int) -> tuple[int, int]:
         return lo // spec.compress_ratio, hi // spec.compress_ratio
     if spec.entry_kind is EntryKind.WINDOW_ROW:
         return units.window_start_token(hi, layout.group(spec.group_name).window_tokens), hi
-    return 0, units.tail_rows(hi, spec.compress_ratio)
+    return 0, spec.point_entries(hi)  # a snapshot: tail rows, or the one entry of a recurrent state
 
 
 def token_range(layout: Layout, kind: str, lo: int, hi: int) -> tuple[int, int]:
@@ -119,7 +119,7 @@ def store_rows(layout: Layout, pools: tuple[PoolSpec, ...], kind: str, alloc: Al
     for spec, first, at, _, _, shape in _pieces(layout, pools, kind, lo, hi)[0]:
         if not shape[1]:
             continue
-        if spec.entry_kind is EntryKind.TAIL_ROW:
+        if spec.snapshot:
             runs = [(alloc.tail_pages[spec.name], 0, shape[1])]
         else:
             runs = _runs(spec, alloc.block_tables[spec.name], first, first + shape[1])
@@ -138,7 +138,7 @@ def load_rows(layout: Layout, pools: tuple[PoolSpec, ...], kind: str, alloc: All
         n = shape[1]
         if not n:
             continue
-        if spec.entry_kind is EntryKind.TAIL_ROW:
+        if spec.snapshot:
             pages = [alloc.snapshots[hi][spec.name]] if spec.name in alloc.snapshots.get(hi, {}) else []
             out += [RecordRows(pool=spec.name, runs=[(page, 0, n)], record=record, offset=at)
                     for page in pages + ([alloc.tail_pages[spec.name]] if last else [])]

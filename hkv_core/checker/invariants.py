@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
-from hkv_core.checker.world import Topology, World
+from hkv_core.checker.world import POINT_KIND, Topology, World
 
 Invariant = Callable[[Topology, World], str | None]
 
@@ -163,6 +163,20 @@ def _references_counted(topo: Topology, world: World) -> str | None:
     return None
 
 
+def _snapshots_unshared(topo: Topology, world: World) -> str | None:
+    """A point snapshot (a kind only resume points refer to) has at most one holder, and never a block."""
+    for s in topo.device_segs:
+        seg = world.segs[s]
+        if topo.snapshot[s] and seg.holders > 1:
+            return f"{_at(topo, world, s)} is a point snapshot held by {seg.holders} index entries"
+    for s in topo.index_segs:
+        refs = world.segs[s].refs
+        for i, t in enumerate(topo.ref_targets[s]):
+            if refs >> i & 1 and topo.snapshot[t] and topo.seg_kind[s] != POINT_KIND:
+                return f"{topo.describe(s)} refers to point snapshot {_at(topo, world, t)}"
+    return None
+
+
 def _referenced_objects_indexable(topo: Topology, world: World) -> str | None:
     for s in topo.index_segs:
         refs = world.segs[s].refs
@@ -210,6 +224,7 @@ INVARIANTS: Mapping[str, Invariant] = MappingProxyType({
     "no_slot_leak": _no_slot_leak,
     "refcount_matches_leases": _refcount_matches_leases,
     "tier_loads_pinned": _tier_loads_pinned,
+    "snapshots_unshared": _snapshots_unshared,
     "references_counted": _references_counted,
     "referenced_objects_indexable": _referenced_objects_indexable,
     "index_closed": _index_closed,

@@ -91,7 +91,7 @@ class Move:
 
 
 # The largest bound `hkv check` accepts (its --help shows them as ranges; docs/cli.md says why).  A world is
-# prefixes x 7 segments plus a record per request; each extra prefix or request multiplies the reachable worlds,
+# prefixes x 8 segments plus a record per request; each extra prefix or request multiplies the reachable worlds,
 # and at 4 and 4 the state cap, not the depth, ends the search.  The slot mask is one int of `device_slots` bits.
 # MAX_STATES bounds memory (about 0.9 KB a world with its BFS parent) and, since the search stops growing at
 # the cap, the run time (about 45 us a world): 2,000,000 worlds are under 2 GB and about 90 s on one core.
@@ -123,13 +123,14 @@ class CheckConfig:
 
     prefixes: int = 2
     requests: int = 3
-    device_slots: int = 8
+    device_slots: int = 10  # two prefixes of every device kind (five) fit at once
     rows_per_segment: int = 1
     version_cap: int = 1
     max_depth: int = 3
     seeded_prefixes: int = 2
     max_states: int = MAX_STATES
     stop_on_violation: bool = False  # end the search at the first violating world (broken-variant tests)
+    device_kinds: tuple[str, ...] = ()  # the device kinds each prefix holds (default: every kind of the spec)
 
     def __attrs_post_init__(self) -> None:
         within("CheckConfig", "prefixes", self.prefixes, 1, MAX_PREFIXES)
@@ -174,12 +175,20 @@ class Topology:
         for needed in (BLOCK_KIND, POINT_KIND):
             if needed not in spec.index_kinds:
                 raise _spec_fail(spec, f"the checker's world needs index kind {needed!r}")
-        kinds = list(spec.device_kinds) + list(spec.record_kinds) + list(spec.index_kinds)
+        device = config.device_kinds or spec.device_kinds
+        unknown = sorted(set(device) - set(spec.device_kinds))
+        if unknown or len(set(device)) != len(device):
+            raise InvalidArgument(action="CheckConfig", argument="device_kinds", value=list(device),
+                                  reason="must name distinct device kinds of the spec "
+                                         f"({', '.join(spec.device_kinds)})")
+        self.device_kinds = tuple(k for k in spec.device_kinds if k in device)
+        kinds = list(self.device_kinds) + list(spec.record_kinds) + list(spec.index_kinds)
         self.seg_prefix = tuple(p for p in range(config.prefixes) for _ in kinds)
         self.seg_kind = tuple(k for _ in range(config.prefixes) for k in kinds)
         self.seg_table = tuple(self.tables[k] for k in self.seg_kind)
-        self.is_device = tuple(k in spec.device_kinds for k in self.seg_kind)
+        self.is_device = tuple(k in self.device_kinds for k in self.seg_kind)
         self.is_index = tuple(k in spec.index_kinds for k in self.seg_kind)
+        self.snapshot = tuple(k in spec.snapshot_kinds for k in self.seg_kind)
         self.all_segs = tuple(range(len(self.seg_kind)))
         self.device_segs = tuple(s for s in self.all_segs if self.is_device[s])
         self.index_segs = tuple(s for s in self.all_segs if self.is_index[s])
@@ -198,7 +207,7 @@ class Topology:
 
     def _ref_targets(self, s: int) -> tuple[int, ...]:
         """The segments index entry `s` may reference: its prefix's segments of the kinds [references] lists."""
-        kinds = self.spec.references.get(self.seg_kind[s], ())
+        kinds = [k for k in self.spec.references.get(self.seg_kind[s], ()) if k in self.device_kinds]
         return tuple(next(t for t in self.device_of_prefix[self.seg_prefix[s]] if self.seg_kind[t] == k)
                      for k in kinds)
 
@@ -231,7 +240,7 @@ class Topology:
         def with_effect(effect: str) -> tuple[str, ...]:
             return tuple(sorted(e for e in spec.lease_events
                                 if any(t.event == e and effect in t.effects
-                                       for k in spec.device_kinds for t in spec.kind(k).transitions)))
+                                       for k in self.device_kinds for t in spec.kind(k).transitions)))
         self.acquiring_events = with_effect("add_lease")
         self.releasing_events = with_effect("drop_lease")
         self.leasable = self._mask(lambda k: frozenset(

@@ -330,6 +330,31 @@ def references_counted(core: Core) -> list[str]:
             for b in set(np.flatnonzero(o.holders).tolist()) | set(refs) if o.holders[b] != refs[b]]
 
 
+def snapshots_unshared(core: Core) -> list[str]:
+    """Point snapshots (tail and recurrent-state pages): referred to by at most one live index entry, a resume
+    point, never by a block; no live request computes in one (its working page is its own copy)."""
+    o, out = core.objects, []
+    snapshot = np.array([pool.spec.kind in core.spec.snapshot_kinds for pool in o.pools], np.bool_)[o.pool]
+    snapshot[NULL_OBJECT] = False
+    blocks = core.index.blocks
+    for _, column in blocks.refs:
+        listed = column[_live(blocks.state, blocks.s_free)].ravel()
+        out += [f"{_name(o, b)} is a point snapshot referred to by a block"
+                for b in set(listed[snapshot[listed]].tolist())]
+    points = core.index.points
+    counts = Counter[int]()
+    for _, column in points.refs:
+        listed = column[_live(points.state, points.s_free)].ravel()
+        counts.update(listed[snapshot[listed]].tolist())
+    out += [f"{_name(o, b)} is the snapshot of {n} resume points" for b, n in counts.items() if n > 1]
+    for req in core.requests.live():
+        for pool in o.pools:
+            table = req.tables[pool.index]
+            if pool.spec.point_snapshot and table and int(table[0]) in counts:
+                out.append(f"request {req.rid} computes in {_name(o, int(table[0]))}, a resume point's snapshot")
+    return out
+
+
 def referenced_objects_indexable(core: Core) -> list[str]:
     o = core.objects
     ok = o.codes_in(*core.spec.indexable_states)
@@ -368,7 +393,8 @@ INVARIANTS: Mapping[str, Check] = MappingProxyType({
     f.__name__: f for f in (copy_endpoints_pinned, pinned_never_freed, lease_versions_current,
                             lease_covers_object_set, draft_isolation, publish_only_when_complete,
                             immutable_when_frozen, slot_single_owner, no_slot_leak, refcount_matches_leases,
-                            tier_loads_pinned, references_counted, referenced_objects_indexable, index_closed,
+                            tier_loads_pinned, snapshots_unshared, references_counted,
+                            referenced_objects_indexable, index_closed,
                             live_chains_indexed, ahead_never_published)})
 
 

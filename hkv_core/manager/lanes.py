@@ -30,7 +30,7 @@ class PoolRole(enum.Enum):
 
     PREFIX = "prefix"  # entries for all of [0, P): compressed KV, indexer keys
     WINDOW = "window"  # raw rows of one block: needed for [P - W + 1, P)
-    TAIL = "tail"  # one snapshot page per resume point: compressor rows at P
+    TAIL = "tail"  # one snapshot page per resume point: compressor rows, or a linear layer's state, at P
 
 
 ROLE_OF: dict[tuple[ObjectKind, EntryKind], PoolRole] = {
@@ -39,6 +39,8 @@ ROLE_OF: dict[tuple[ObjectKind, EntryKind], PoolRole] = {
     (ObjectKind.SWA_WINDOW, EntryKind.WINDOW_ROW): PoolRole.WINDOW,
     (ObjectKind.COMPRESSOR_TAIL, EntryKind.TAIL_ROW): PoolRole.TAIL,
     (ObjectKind.INDEXER_STATE, EntryKind.TAIL_ROW): PoolRole.TAIL,
+    (ObjectKind.RECURRENT_STATE, EntryKind.CONV_STATE): PoolRole.TAIL,
+    (ObjectKind.RECURRENT_STATE, EntryKind.SSM_STATE): PoolRole.TAIL,
 }
 
 

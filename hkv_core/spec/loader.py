@@ -18,7 +18,7 @@ from hkv_core.spec.toml_fields import TableReader, read_toml
 from hkv_core.spec_paths import specs_dir
 
 _META_KEYS = {"version", "device_kinds", "index_kinds", "lease_events", "reference_events",
-              "device_resident_states", "frozen_states", "copy_states", "indexable_states"}
+              "device_resident_states", "frozen_states", "copy_states", "indexable_states", "snapshot_kinds"}
 _KIND_KEYS = {"description", "initial", "final", "states", "transitions"}
 _EDGE_KEYS = {"source", "sources", "event", "dest", "guards", "effects"}
 
@@ -54,6 +54,7 @@ def load_lifecycle(path: Path | str | None = None) -> LifecycleSpec:
         frozen_states=frozenset(_known(meta, "frozen_states", all_states)),
         copy_states=frozenset(_known(meta, "copy_states", all_states)),
         indexable_states=frozenset(_known(meta, "indexable_states", all_states)),
+        snapshot_kinds=frozenset(_known(meta, "snapshot_kinds", set(device_kinds))),
         references=_load_references(root.sub("references"), index_kinds, device_kinds),
         kinds=MappingProxyType(kinds),
         invariants=_load_invariants(root.sub("invariants")),

@@ -81,6 +81,7 @@ INVARIANT_NAMES: frozenset[str] = frozenset(
         "no_slot_leak",
         "refcount_matches_leases",
         "tier_loads_pinned",
+        "snapshots_unshared",
         "references_counted",
         "referenced_objects_indexable",
         "index_closed",

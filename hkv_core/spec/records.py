@@ -68,6 +68,7 @@ class LifecycleSpec:
     frozen_states: frozenset[str]
     copy_states: frozenset[str]
     indexable_states: frozenset[str]
+    snapshot_kinds: frozenset[str]  # device kinds whose objects hold one position's state (resume points only)
     references: Mapping[str, tuple[str, ...]]  # index kind -> the device kinds it refers to
     kinds: Mapping[str, KindSpec]
     invariants: tuple[InvariantSpec, ...]

@@ -7,6 +7,7 @@ import numpy as np
 
 from hkv_core import units
 from hkv_core.layout import EntryKind, Layout, ObjectKind, PoolSpec
+from hkv_core.layout.kinds import STATE_ENTRIES
 from hkv_core.manager import Reason
 from hkv_core.tiers.cost import LoadDecision
 from hkv_exec_ref.tiny_v4.numerics import F32, I64
@@ -57,12 +58,14 @@ def _covered(spec: PoolSpec, layout: Layout, p: int) -> int:
         return p // spec.compress_ratio * spec.compress_ratio
     if spec.entry_kind is EntryKind.WINDOW_ROW:
         return units.window_rows(p, layout.group(spec.group_name).window_tokens)
+    if spec.entry_kind in STATE_ENTRIES:
+        return p  # a recurrent state summarises every position before P
     return min(p, units.tail_rows(p, spec.compress_ratio))  # rows at negative positions are padding
 
 
 def cached_by_kind(layout: Layout, p: int) -> dict[str, int]:
     """Per object kind, the positions served from the cache at a hit of P tokens."""
-    out = dict.fromkeys(KINDS, 0)
+    out = dict.fromkeys((kind.value for kind in layout.object_kinds()), 0)  # the kinds this layout has
     for spec in layout.pools:
         kind = spec.object_kind.value
         out[kind] = max(out[kind], _covered(spec, layout, p))

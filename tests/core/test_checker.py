@@ -70,14 +70,14 @@ def test_seeds_publish_index_and_hold_through_real_transitions() -> None:
 
 
 def _cfg(**changes: int) -> CheckConfig:
-    return attrs.evolve(CheckConfig(prefixes=1, requests=2, device_slots=4, max_depth=3, seeded_prefixes=1),
+    return attrs.evolve(CheckConfig(prefixes=1, requests=2, device_slots=5, max_depth=3, seeded_prefixes=1),
                         **changes)
 
 
 SMALL = _cfg()
 DEEP = _cfg(requests=1, max_depth=6)
-CHAIN = CheckConfig(prefixes=2, requests=1, device_slots=8, max_depth=2, seeded_prefixes=2)
-ROOTS = CheckConfig(prefixes=2, requests=1, device_slots=8, max_depth=2, seeded_prefixes=0)
+CHAIN = CheckConfig(prefixes=2, requests=1, device_slots=10, max_depth=2, seeded_prefixes=2)
+ROOTS = CheckConfig(prefixes=2, requests=1, device_slots=10, max_depth=2, seeded_prefixes=0)
 TIER_LOAD = '{ source = "IDLE", event = "load", dest = "LOADING", guards = ["targets_filling"], ' \
             'effects = ["pin_copy"] }'
 TARGET_DONE = 'event = "copy_done", dest = "RESERVED", guards = ["no_load_in_flight"]'
@@ -170,6 +170,10 @@ BROKEN = [
            'guards = ["not_chain_tail", "no_point"], effects = ["drop_references", ', "index_closed", CHAIN),
     Broken("index a block before its parent", 'event = "index", dest = "INDEXED", guards = ["parent_indexed"]',
            'event = "index", dest = "INDEXED", guards = []', "index_closed", ROOTS),
+    Broken("a block refers to the recurrent snapshot", 'block = ["compressed_kv", "indexer_state"]',
+           'block = ["compressed_kv", "indexer_state", "recurrent_state"]', "snapshots_unshared", SMALL),
+    Broken("a block refers to the compressor tail", 'block = ["compressed_kv", "indexer_state"]',
+           'block = ["compressed_kv", "indexer_state", "compressor_tail"]', "snapshots_unshared", SMALL),
     Broken("drop a live chain's tail", BLOCK_DROP,
            'guards = ["no_children", "no_point"], effects = ["drop_references", ', "live_chains_indexed", SMALL),
     # slots reserved ahead of the known tokens
@@ -202,9 +206,9 @@ def test_broken_evict_trace_is_shortest_and_ends_with_the_evict(tmp_path: Path) 
     path = mutated_spec(tmp_path, EVICT, 'event = "evict", dest = "FREE", guards = ["unheld"]')
     result = check(load_lifecycle(path), SMALL)
     trace = {v.invariant: v for v in result.violations}["pinned_never_freed"].trace
-    # stage four kinds (reserve, write, write_done each), index the block before anything is
+    # stage five kinds (reserve, write, write_done each), index the block before anything is
     # published (it holds nothing yet), publish and pin atomically, evict the unheld pinned page
-    assert len(trace) == 4 * 3 + 3
+    assert len(trace) == 5 * 3 + 3
     assert trace[-3] == "index(p0.block)"
     assert trace[-2].startswith("publish_pinned(p0.*") and trace[-1].startswith("evict(p0.compressed_kv")
 

@@ -10,17 +10,18 @@ from hkv_core.spec.names import EFFECT_NAMES, GUARD_NAMES, INVARIANT_NAMES
 from hkv_core.testing.spec_mutation import mutated_spec
 
 EVICT = '{ source = "PUBLISHED", event = "evict", dest = "FREE", guards = ["unpinned", "unheld"]'
-RESUME_REFS = 'resume_point = ["swa_window", "compressor_tail"]'
+RESUME_REFS = 'resume_point = ["swa_window", "compressor_tail", "recurrent_state"]'
 
 
-def test_shipped_spec_loads_with_seven_kinds() -> None:
+def test_shipped_spec_loads_with_eight_kinds() -> None:
     spec = load_lifecycle()
     assert list(spec.kinds) == ["compressed_kv", "compressor_tail", "swa_window",
-                                "indexer_state", "tier_load", "block", "resume_point"]
+                                "indexer_state", "recurrent_state", "tier_load", "block", "resume_point"]
     assert spec.record_kinds == ("tier_load",)
     assert spec.index_kinds == ("block", "resume_point")
     assert dict(spec.references) == {"block": ("compressed_kv", "indexer_state"),
-                                     "resume_point": ("swa_window", "compressor_tail")}
+                                     "resume_point": ("swa_window", "compressor_tail", "recurrent_state")}
+    assert spec.snapshot_kinds == {"compressor_tail", "recurrent_state"}
     assert spec.reference_events == {"hold", "unhold"}
     assert spec.lease_events == {"pin", "unpin", "publish_pinned"}
     assert {i.name for i in spec.invariants} == INVARIANT_NAMES
@@ -69,6 +70,11 @@ CASES = [
     ('block = ["compressed_kv", "indexer_state"]', 'block = ["compressed_kv", "resume_point"]', "references",
      "block", "unknown name"),  # nor is an index kind
     (RESUME_REFS, "", "references", "resume_point", "missing required key"),
+    # point snapshots: device kinds only
+    ('snapshot_kinds = ["compressor_tail", "recurrent_state"]', 'snapshot_kinds = ["compressor_tail", "block"]',
+     "meta", "snapshot_kinds", "unknown name"),
+    ('snapshot_kinds = ["compressor_tail", "recurrent_state"]', '', "meta", "snapshot_kinds",
+     "missing required key"),
 ]
 
 

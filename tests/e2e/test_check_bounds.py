@@ -58,10 +58,10 @@ def test_the_implementation_check_stops_growing_at_its_cap() -> None:
 
 def test_violations_outrank_truncation_in_the_exit_status() -> None:
     result = check(load_lifecycle(), CheckConfig(prefixes=1, requests=1, max_depth=1, seeded_prefixes=0))
-    assert exit_status(result, None) == OK
-    assert exit_status(attrs.evolve(result, truncated=True), None) == TRUNCATED
+    assert exit_status(result, []) == OK
+    assert exit_status(attrs.evolve(result, truncated=True), []) == TRUNCATED
     broken = attrs.evolve(result, truncated=True,
                           violations=(Violation(invariant="no_slot_leak", message="m", trace=()),))
-    assert exit_status(broken, None) == FAILED
+    assert exit_status(broken, []) == FAILED
     impl = check_implementation(ImplCheckConfig(max_depth=1, max_states=2))
-    assert impl.truncated and exit_status(result, impl) == TRUNCATED
+    assert impl.truncated and exit_status(result, [impl]) == TRUNCATED

@@ -38,9 +38,14 @@ def test_check_json_fields_on_a_small_bound() -> None:
         assert key in result["implementation"]
     assert result["states_explored"] > 1 and result["violations"] == []
     assert result["bound"]["prefixes"] == 1 and result["bound"]["seeded_prefixes"] == 1  # at most --prefixes
-    assert result["bound"]["device_slots"] == 8
+    assert result["bound"]["device_slots"] == 10
     assert result["implementation"]["states_explored"] > 1 and result["implementation"]["violations"] == []
     assert result["implementation"]["bound"]["max_depth"] == 3
+    # one search per layout: tiny_csa (every attention kind) and tiny_linear (a hybrid's recurrent state)
+    assert [i["bound"]["layout"] for i in result["implementations"]] == ["tiny_csa", "tiny_linear"]
+    assert result["implementations"][0] == result["implementation"]
+    assert all(i["violations"] == [] and i["states_explored"] > 1 for i in result["implementations"])
+    assert any(t.startswith("recurrent_state.") for t in result["implementations"][1]["transitions_taken"])
 
 
 def test_check_table_output_and_skipping_the_manager() -> None:
@@ -104,7 +109,7 @@ def test_the_implementation_check_at_its_state_cap_says_truncated() -> None:
     assert result["truncated"] is False and result["implementation"]["truncated"] is True
     assert result["implementation"]["states_explored"] == 30 and result["status"] == "truncated"
     table = hkv("check", "--depth", "0", "--impl-depth", "4", "--impl-max-states", "30")
-    assert table.returncode == 3 and table.stdout.count("TRUNCATED at the state cap") == 1
+    assert table.returncode == 3 and table.stdout.count("TRUNCATED at the state cap") == 2  # each layout's
     assert "complete (whole bound)" in table.stdout  # the abstract check, not truncated
 
 

@@ -77,6 +77,9 @@ PROFILES = {
     # DeepSeek-V3.2: the latent and the indexer keys, two per-token kinds a hit must hold together
     "tiny_v32": Profile(layout=lambda: _layout("tiny_v32"), base_tokens=72, max_suffix=30, max_chunk=40,
                         pool_pages=(4, 30), max_examples=40),
+    # a Qwen3-Next-style hybrid: full-attention KV over [0, P) and the linear layers' recurrent state at P
+    "tiny_linear": Profile(layout=lambda: _layout("tiny_linear"), base_tokens=72, max_suffix=30, max_chunk=40,
+                           pool_pages=(4, 30), max_examples=40),
 }
 
 OPS = ("start", "start", "advance", "advance", "advance", "finish", "finish", "release", "release", "evict",
@@ -126,7 +129,8 @@ def _expected_copies(m: CacheManager, hit: Hit, alloc: Allocation) -> set[CopyPa
     """The copies the first allocation after a hit at P must carry, derived from the hit alone:
     a prefix page that P splits after at least one entry is copied (its first (P mod page tokens) /
     ratio entries) into the request's new page for it; each tail pool's working page with rows at P
-    is seeded from the snapshot at P."""
+    is seeded from the snapshot at P, and each recurrent-state pool's working page from the whole state at P
+    (one entry: copy-on-write, whatever P)."""
     resume, out = hit.tokens, set[CopyPages]()
     if not resume:
         return out
@@ -145,6 +149,9 @@ def _expected_copies(m: CacheManager, hit: Hit, alloc: Allocation) -> set[CopyPa
             src = int(hit.pages[spec.name][0])
             out.add(CopyPages(pool=spec.name, src=src, dst=alloc.tail_pages[spec.name], entries=rows,
                               src_version=int(hit.versions[spec.name][0])))
+        elif spec.entry_kind in (EntryKind.CONV_STATE, EntryKind.SSM_STATE):
+            out.add(CopyPages(pool=spec.name, src=int(hit.pages[spec.name][0]), dst=alloc.tail_pages[spec.name],
+                              entries=1, src_version=int(hit.versions[spec.name][0])))
     return out
 
 
@@ -272,6 +279,7 @@ test_match_equals_brute_force_tiny_v4 = _history_test("tiny_v4")
 test_match_equals_brute_force_flash16 = _history_test("flash16")
 test_match_equals_brute_force_llama_full = _history_test("llama_full")
 test_match_equals_brute_force_tiny_v32 = _history_test("tiny_v32")
+test_match_equals_brute_force_tiny_linear = _history_test("tiny_linear")
 
 
 # ----------------------------------------------------------------------------- F7

@@ -1113,12 +1113,42 @@ def test_j_admission_rejected_past_max_requests() -> None:
     assert check_invariants(m) == []
 
 
+# ----------------------------------------------------------------------------- recurrent state
+
+
+def scenario_recurrent_missing() -> Outcome:
+    """tiny_linear (8-token blocks), points every 2 blocks: A computes 40 tokens; B shares A's first 24."""
+    m = CacheManager(Layout.from_preset("tiny_linear"), ManagerConfig(default_pool_pages=32, retain_every_blocks=2,
+                                                                      key_seed=1))
+    out = Outcome(m)
+    a = tokens_of(40)
+    compute(m, a)
+    out.notes["points"] = kept_points(m)
+    rid = out.rids["B"] = m.add_request(np.concatenate([a[:24], fresh(8)]))
+    out.hits["B"] = m.match(rid)
+    return out
+
+
+def test_recurrent_state_missing_between_points_shortens_the_hit() -> None:
+    out = scenario_recurrent_missing()
+    assert out.notes["points"] == [16, 32, 40]  # every second block, and the prompt's end
+    hit = out.hits["B"]
+    # the full-attention KV of all 3 shared blocks is there; the linear layers' state is kept at 16, not 24
+    assert (hit.tokens, hit.candidate_tokens) == (16, 24)
+    assert hit.codes == ("PARTIAL_BLOCK", "RECURRENT_MISSING", "LCM_BOUNDARY")  # the last block is B's own
+    assert [(r.layer, r.detail) for r in hit.reasons][1] == (
+        "multi_group", "linear.recurrent_state.conv+linear.recurrent_state.ssm: usable to block 2 < 3")
+    assert sorted(hit.pages) == ["full.compressed_kv", "linear.recurrent_state.conv", "linear.recurrent_state.ssm"]
+    assert check_invariants(out.m) == []
+
+
 SCENARIOS: tuple[Callable[[], Outcome], ...] = (
     scenario_plain_prefix_hit, scenario_window_slid_past, scenario_lcm_rounded, scenario_partial_page_copy,
     scenario_isolation, scenario_failed_allocation_with_hit, scenario_stale_lease, scenario_abi_mismatch,
     scenario_misaligned_page, scenario_partial_block, scenario_compressed_missing, scenario_indexer_missing,
     scenario_tail_missing, scenario_eviction_order, scenario_shared_window_pages, scenario_prompt_end_inside_a_page,
-    scenario_lcm_points_only, scenario_swa_full_match_agrees_with_acquire, scenario_max_tokens)
+    scenario_lcm_points_only, scenario_swa_full_match_agrees_with_acquire, scenario_max_tokens,
+    scenario_recurrent_missing)
 
 
 @pytest.mark.parametrize("layout", [tiny, flash16, llama])

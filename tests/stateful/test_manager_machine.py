@@ -41,12 +41,14 @@ TinyRetainEvery2 = make_manager_machine("tiny_v4", default_pool_pages=24, retain
 Flash16 = make_manager_machine("deepseek_v4_flash", block_tokens=16, default_pool_pages=128, retain_every_blocks=4)
 LlamaFull = make_manager_machine("llama_full", default_pool_pages=32)
 SwaFull = make_manager_machine("swa_full", default_pool_pages=64, retain_every_blocks=2)
+TinyLinear = make_manager_machine("tiny_linear", default_pool_pages=32, retain_every_blocks=1)  # recurrent state
 
 TestTinyRetainEvery1 = bind(TinyRetainEvery1, 0.5)
 TestTinyRetainEvery2 = bind(TinyRetainEvery2, 0.4)
 TestFlash16 = bind(Flash16, 0.3)
 TestLlamaFull = bind(LlamaFull, 0.8)
 TestSwaFull = bind(SwaFull, 0.5)
+TestTinyLinear = bind(TinyLinear, 0.5)
 
 
 # ----------------------------------------------------------- the machine can fail

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from hkv_core import Layout
-from hkv_core.layout import EntryKind, ObjectKind
+from hkv_core.layout import ObjectKind
 from hkv_core.manager import CacheManager, ManagerConfig
 from hkv_exec_ref.executor import NUMPY_DTYPES, RefExecutor
 from hkv_tiers import TierCache, span_io
@@ -27,7 +27,7 @@ def fill(executor: RefExecutor, manager: CacheManager, alloc: span_io.Allocation
     for binding in manager.bindings():
         spec = binding.spec
         dtype = NUMPY_DTYPES[spec.dtype]
-        if spec.entry_kind is EntryKind.TAIL_ROW:
+        if spec.snapshot:  # tail rows, or a linear layer's recurrent state
             slots = alloc.tail_pages[spec.name] * spec.entries_per_page + np.arange(spec.entries_per_page)
         else:
             slots = alloc.slots[spec.name]
@@ -50,7 +50,8 @@ def same(a: span_io.Arrays, b: span_io.Arrays) -> bool:
     return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
 
 
-@pytest.mark.parametrize("preset", ["deepseek_v4_flash", "tiny_v4", "tiny_csa", "mistral_swa", "tiny_v32"])
+@pytest.mark.parametrize("preset", ["deepseek_v4_flash", "tiny_v4", "tiny_csa", "mistral_swa", "tiny_v32",
+                                    "tiny_linear"])
 def test_records_round_trip_through_every_tier_bit_exact(tmp_path: Path, preset: str) -> None:
     layout = Layout.from_preset(preset)
     manager = CacheManager(layout, ManagerConfig(default_pool_pages=6, key_seed=1))
@@ -60,7 +61,8 @@ def test_records_round_trip_through_every_tier_bit_exact(tmp_path: Path, preset:
     kinds = {(p.group_name, p.object_kind) for p in pools}
     held = {(p.group_name, p.object_kind) for kind in span_io.KINDS for p in span_io.pools_of(pools, kind)}
     assert held == kinds  # records hold every kind: windows, or (tiny_v32) the indexer keys beside the latent
-    assert any(k is (ObjectKind.INDEXER_STATE if preset == "tiny_v32" else ObjectKind.SWA_WINDOW) for _, k in kinds)
+    special = {"tiny_v32": ObjectKind.INDEXER_STATE, "tiny_linear": ObjectKind.RECURRENT_STATE}
+    assert any(k is special.get(preset, ObjectKind.SWA_WINDOW) for _, k in kinds)
     end = 2 * layout.block_tokens
     prompt = np.arange(end + 1) % 1000
 

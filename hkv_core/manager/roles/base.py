@@ -36,7 +36,8 @@ Tokens = NDArray[np.int64]
 Demand = tuple[int, Tokens, Tokens]  # (objects, row token of each, full token of each)
 Condition = tuple[str, str, str, Bools]  # (layer, reason code, where, usable at b = lo..n)
 MISSING_CODE = {"compressed_kv": "COMPRESSED_MISSING", "indexer_state": "INDEXER_MISSING",
-                "compressor_tail": "TAIL_MISSING", "swa_window": "WINDOW_MISSING"}
+                "compressor_tail": "TAIL_MISSING", "swa_window": "WINDOW_MISSING",
+                "recurrent_state": "RECURRENT_MISSING"}
 NEVER_FULL = np.iinfo(np.int64).max  # full_token of a page no commit completes (a working tail)
 NO_DEMAND: Demand = (0, np.zeros(0, np.int64), np.zeros(0, np.int64))
 

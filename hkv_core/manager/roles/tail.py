@@ -1,9 +1,13 @@
-"""TailRole: compressor-tail rows (main and indexer compressors), one snapshot page per resume point.
+"""TailRole: compressor-tail rows (main and indexer compressors) and linear layers' recurrent states, one
+snapshot page per resume point.
 
 A request computes into one working tail page per tail pool, seeded at its
 first allocation by copying the hit point's snapshot rows; at every boundary
 where it keeps a point it writes the tail rows into a fresh snapshot page,
-published and referred to by the point when the boundary is committed.
+published and referred to by the point when the boundary is committed.  A
+recurrent state is a tail of one entry that every token rewrites: the same
+snapshots and copy-on-write seed, with one page per end a speculative step may
+be accepted at (`PoolSpec.point_entries` / `point_start_token` say which).
 """
 
 from __future__ import annotations
@@ -29,7 +33,6 @@ from hkv_core.manager.roles.base import (
 )
 from hkv_core.manager.roles.window import point_kept
 from hkv_core.spec.names import Event
-from hkv_core.units import tail_rows, tail_start_token
 
 
 class TailRole(Role):
@@ -85,7 +88,7 @@ class TailRole(Role):
         """Seed the working tail page from the hit's snapshot (the rows each member keeps at the hit)."""
         src = req.tail_sources.pop(pool.index, NULL_OBJECT)
         if src != NULL_OBJECT:
-            rows = [tail_rows(req.hit_tokens, m.compress_ratio) for m in pool.spec.members]
+            rows = [m.point_entries(req.hit_tokens) for m in pool.spec.members]
             out.copy(self.objects, pool, src, working, rows)
 
     # ---------------------------------------------------------- speculative steps
@@ -95,7 +98,7 @@ class TailRole(Role):
         each run of E whose tails start at the same rows in every member pool): one page per run holds the
         tail at each of its E in rows [0, tail_rows(E))."""
         ends = list(range(max(len(req.tokens), req.computed + 1), end + 1))
-        starts = [tuple(tail_start_token(e, m.compress_ratio) for m in pool.spec.members) for e in ends]
+        starts = [tuple(m.point_start_token(e) for m in pool.spec.members) for e in ends]
         last = [e for i, e in enumerate(ends) if i + 1 == len(ends) or starts[i + 1] != starts[i]]
         return ends, last
 
@@ -135,8 +138,7 @@ class TailRole(Role):
         (a plan op): a verification kernel that updates a tail in place runs on that copy, never on the
         working tail, which stays the checkpoint a rejection returns to."""
         start = req.computed
-        rows = [tail_rows(start, m.compress_ratio)
-                if tail_start_token(end, m.compress_ratio) == tail_start_token(start, m.compress_ratio) else 0
+        rows = [m.point_entries(start) if m.point_start_token(end) == m.point_start_token(start) else 0
                 for m in pool.spec.members]
         out.copy(self.objects, pool, working, first, rows)
 
