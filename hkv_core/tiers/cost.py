@@ -12,6 +12,8 @@ loaded, the rest recomputed after it).
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Sequence
 
 import attrs
@@ -52,7 +54,8 @@ def recompute_flops(layout: Layout, lo: int, hi: int) -> float:
     """FLOPs to run tokens [lo, hi) through the main layers: the q/k/v/o projections and an MLP per token, and
     attention over what each token sees - every earlier token (full attention), the window's rows, the
     compressed entries (CSA: the indexer's top-k of them, plus the indexer scoring them all; DeepSeek-V3.2: the
-    indexer's top-k of every earlier token, plus its scoring).  An estimate:
+    indexer's top-k of every earlier token, plus its scoring; a linear layer: its state update, the same at
+    every position).  An estimate:
     the layout does not say the MLP's width."""
     tokens = hi - lo
     if tokens <= 0:
@@ -62,6 +65,10 @@ def recompute_flops(layout: Layout, lo: int, hi: int) -> float:
     position = (lo + hi - 1) / 2 + 1  # the mean number of tokens a token of the range sees, itself included
     flops = 0.0
     for group in layout.groups:
+        if group.state is not None:  # a linear layer: a fixed-size state update per token, whatever it follows
+            update = 6.0 * math.prod(group.state.ssm_shape) + 2.0 * math.prod(group.state.conv_shape)
+            flops += len(group.layer_ids) * (dense + update)
+            continue
         window = min(position, group.window_tokens) if group.window_tokens else 0.0
         scoring = 0.0
         if group.compress_ratio <= 1 and group.has_indexer:  # full attention made sparse (DeepSeek-V3.2)

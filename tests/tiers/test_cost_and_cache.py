@@ -39,6 +39,11 @@ def test_recompute_flops_grow_with_tokens_and_with_position() -> None:
     assert recompute_flops(full, 100_000, 100_008) > 1.5 * recompute_flops(full, 0, 8)
     swa = Layout.from_preset("mistral_swa")  # a sliding window only: past the window, a token costs the same
     assert recompute_flops(swa, 100_000, 100_008) == recompute_flops(swa, 50_000, 50_008)
+    hybrid = Layout.from_preset("qwen3_next_80b")  # 36 linear layers: their cost does not grow with position
+    only_full = recompute_flops(hybrid, 100_000, 100_008) - recompute_flops(hybrid, 0, 8)
+    twelve = sum(len(g.layer_ids) for g in hybrid.groups if g.state is None)
+    assert twelve == 12
+    assert only_full == pytest.approx(12 * 4.0 * 16 * 256 * 100_000 * 8, rel=1e-9)  # full layers' growth only
 
 
 def test_the_decision_loads_what_is_cheaper_to_load_than_to_compute() -> None:
