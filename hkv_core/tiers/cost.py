@@ -13,7 +13,6 @@ loaded, the rest recomputed after it).
 from __future__ import annotations
 
 import math
-
 from collections.abc import Sequence
 
 import attrs

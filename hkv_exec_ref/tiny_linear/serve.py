@@ -27,9 +27,9 @@ from hkv_core.layout import EntryKind, Layout, ObjectKind, PoolSpec
 from hkv_core.manager import Allocation, CacheManager
 from hkv_core.plan import Completion
 from hkv_exec_ref.executor import RefExecutor
-from hkv_tiers.link import TierLink, TierOptions
 from hkv_exec_ref.tiny_linear.model import HybridState, TinyHybrid, Tokens
 from hkv_exec_ref.tiny_v4.numerics import F32
+from hkv_tiers.link import TierLink, TierOptions
 
 
 @attrs.frozen(kw_only=True)
