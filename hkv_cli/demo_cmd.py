@@ -97,8 +97,9 @@ UNITS = {
                    "computes there), stand-in (CudaExecutor on its NumPy stand-in).")
 @click.option("--model", type=click.Choice(MODELS), default="tiny-v4", show_default=True,
               help="tiny-v4: hkv's exact TinyV4; hf-deepseek-v4: a tiny random HF transformers DeepSeek-V4 "
-                   "(the hf extra), each response checked against HF over the same calls (not with --tiers, "
-                   "--draft-k, --fault or another --executor).")
+                   "(the hf extra), each response checked against HF over the same calls; tiny-linear: hkv's "
+                   "exact tiny linear-attention hybrid (gated delta-rule layers and full attention). The last two "
+                   "not with --tiers, --draft-k, --fault or another --executor.")
 @click.option("--remote", is_flag=True,
               help="Start a local Mooncake Store master (the remote extra) and serve the workload on two instances "
                    "in two processes, requests alternating, sharing prefixes through it (logs in OUT); not with "
@@ -127,8 +128,8 @@ def demo_command(requests: int, seed: int, out_dir: str, fault: str | None, draf
     if sliding_window:
         raise click.UsageError("--sliding-window is an option of --engine vllm")
     cfg = WorkloadConfig(requests=requests, seed=seed)
-    if model == HF_MODEL and (tiers or draft_k or fault or executor_name != "ref"):
-        raise click.UsageError("--model hf-deepseek-v4 runs without --tiers, --draft-k, --fault and --executor")
+    if model != "tiny-v4" and (tiers or draft_k or fault or executor_name != "ref"):
+        raise click.UsageError(f"--model {model} runs without --tiers, --draft-k, --fault and --executor")
     if remote and (tiers or draft_k or fault or executor_name != "ref" or model != "tiny-v4"):
         raise click.UsageError("--remote runs without --tiers, --draft-k, --fault, --executor and --model")
     make_executor = EXECUTORS[executor_name]()  # NoDevice / MissingDependency (exit 2) before anything is served
@@ -178,8 +179,8 @@ def _figures(report: DemoReport) -> list[tuple[str, Any, str]]:
     share = report.cached_tokens / max(1, report.prompt_tokens)
     rows: list[tuple[str, Any, str]] = [
         ("requests", report.requests, "trace records, served in arrival order"),
-        ("model", report.model, "what served: hkv's TinyV4, or HF transformers' DeepSeek-V4 (checked against "
-                                "HF over the same calls)"),
+        ("model", report.model, "what served: hkv's TinyV4, HF transformers' DeepSeek-V4 (checked against "
+                                "HF over the same calls), or hkv's tiny linear hybrid"),
         ("executor", report.executor, "what held the pools (ref: NumPy; cuda: GPU; stand-in: the CUDA executor "
                                       "on NumPy)"),
         ("prompt tokens", report.prompt_tokens, "sum of the requests' input lengths"),
@@ -240,12 +241,14 @@ _KIND_MEANING = {
     "indexer_state": "the hit, rounded down to the compression ratio",
     "swa_window": "only the window's last rows before the hit",
     "compressor_tail": "only the rows of the compressed entry still open at the hit",
+    "recurrent_state": "every position before the hit, summed into the linear layers' state there",
 }
+_MODEL_TITLE = {"tiny-v4": "tiny V4", "hf-deepseek-v4": "HF DeepSeek-V4", "tiny-linear": "a tiny linear hybrid"}
 
 
 def _print(report: DemoReport, chart: Path | None, trace: Path) -> None:
     fault = "" if report.fault == "NONE" else f", fault {plain(report.fault)}"
-    table = Table(title=f"hkv demo: tiny V4 served through the cache{fault}")
+    table = Table(title=f"hkv demo: {_MODEL_TITLE.get(report.model, report.model)} served through the cache{fault}")
     table.add_column("measure")
     table.add_column("value", justify="right")
     table.add_column("meaning", style="dim")

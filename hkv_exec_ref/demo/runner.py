@@ -20,7 +20,8 @@ from hkv_exec_ref.tiny_v4 import Fault
 
 # Device pools small enough that the workload's later sessions evict earlier ones.
 HF_MODEL = "hf-deepseek-v4"  # --model: transformers' DeepSeek-V4 served through HfEngine
-MODELS = ("tiny-v4", HF_MODEL)
+HYBRID_MODEL = "tiny-linear"  # --model: the tiny linear-attention hybrid (hkv_exec_ref.tiny_linear)
+MODELS = ("tiny-v4", HF_MODEL, HYBRID_MODEL)
 DEMO_LIMITS: dict[str, Any] = {"default_pool_pages": 160, "retain_every_blocks": 2}
 # With --tiers: a device and a host tier smaller still, so blocks keep moving device -> host -> disk and back.
 TIER_LIMITS: dict[str, Any] = {"default_pool_pages": 96, "retain_every_blocks": 2}
@@ -116,14 +117,20 @@ def run_demo(cfg: WorkloadConfig, *, fault: Fault = Fault.NONE, limits: dict[str
     (emptied first), host and disk tiers back a smaller device, and the engine is closed and reopened on the
     directory halfway through: the second half starts from what the disk kept.  `executor` makes each
     engine's executor (None: a RefExecutor), `executor_name` says which in the report.  `model`: "tiny-v4"
-    (hkv's exact TinyV4) or "hf-deepseek-v4" (transformers' DeepSeek-V4 through HfEngine, checked against HF
-    over the same calls; no tiers, drafts or other executor)."""
+    (hkv's exact TinyV4), "hf-deepseek-v4" (transformers' DeepSeek-V4 through HfEngine, checked against HF
+    over the same calls) or "tiny-linear" (the tiny linear hybrid through HybridServer); the last two run
+    without tiers, drafts, faults or another executor."""
     trace = generate_trace(cfg)
     tiers: dict[str, Any] = {}
     if tier_dir is not None:
         shutil.rmtree(tier_dir, ignore_errors=True)
         tiers = {**TIER_LIMITS, "disk_dir": tier_dir, "host_bytes": TIER_HOST_BYTES}
     options = {**DEMO_LIMITS, **tiers, **(limits or {})}
+    if model == HYBRID_MODEL:
+        from hkv_exec_ref.demo.hybrid import run_hybrid_demo
+
+        assert not tiers and draft is None and executor is None and not fault, "the hybrid demo runs without them"
+        return run_hybrid_demo(cfg, trace, options, progress)
 
     def open_engine() -> Engine:
         if model == HF_MODEL:

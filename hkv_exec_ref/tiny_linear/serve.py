@@ -37,6 +37,7 @@ class Generated:
     """Greedy decoding after a prompt: the tokens, the logits of every position computed, the draft counts."""
 
     cached_tokens: int
+    reasons: tuple[tuple[str, str], ...]  # the hit's (validation layer, reason code)
     tokens: np.ndarray  # (new_tokens,)
     logits: F32  # (len(prompt) - cached_tokens + new_tokens - 1, vocab)
     proposed: int
@@ -142,7 +143,8 @@ class HybridServer:
             rows += list(logits[:n + 1])
             proposed, accepted = proposed + count, accepted + n
         m.release(rid)
-        return Generated(cached_tokens=hit.tokens, tokens=np.array(out[:new_tokens], np.int64),
+        return Generated(cached_tokens=hit.tokens, reasons=tuple((r.layer, r.code) for r in hit.reasons),
+                         tokens=np.array(out[:new_tokens], np.int64),
                          logits=np.stack(rows), proposed=proposed, accepted=accepted)
 
     def _verify(self, rid: int, last: int, guess: np.ndarray) -> F32:

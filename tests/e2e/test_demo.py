@@ -53,6 +53,18 @@ def test_demo_through_the_cuda_executor_stand_in_matches(tmp_path: Path) -> None
     assert [r["cached_tokens"] for r in report["rows"]] == [r["cached_tokens"] for r in reference["rows"]]
 
 
+def test_demo_serves_the_tiny_linear_hybrid_exactly(tmp_path: Path) -> None:
+    done = demo(tmp_path, "--requests", "24", "--json", "--model", "tiny-linear")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["model"] == "tiny-linear" and report["exact_matches"] == 24 and report["mismatches"] == []
+    assert set(report["cached_by_kind"]) == {"compressed_kv", "recurrent_state"}
+    assert report["cached_by_kind"]["recurrent_state"] == report["cached_tokens"] > 0
+    assert report["entries_copied"] > 0  # the hits' recurrent states, copied on write
+    refused = demo(tmp_path, "--requests", "2", "--json", "--model", "tiny-linear", "--draft-k", "2")
+    assert refused.returncode == 2 and "runs without" in json.loads(refused.stdout)["error"]["message"]
+
+
 def test_demo_serves_hf_deepseek_v4_checked_against_hf(tmp_path: Path) -> None:
     pytest.importorskip("transformers", reason="the hf extra (transformers, torch) is not installed")
     done = demo(tmp_path, "--requests", "8", "--json", "--model", "hf-deepseek-v4")
