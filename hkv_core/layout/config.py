@@ -88,6 +88,8 @@ def parse_config(
     if model_type.recurrent:
         linear, state = read_recurrent(reader, RECURRENT_RULES[type_name], main, hidden, kv_dtype)
         geometry = attrs.evolve(geometry, linear_layers=linear, state=state)
+    elif reader.table(HKV_TABLE).present(SSM_DTYPE_KEY):
+        reader.table(HKV_TABLE).fail(SSM_DTYPE_KEY, f"a {type_name!r} model keeps no recurrent state")
     return ModelConfig(
         name=name, source=source, model_type=type_name, main_layers=main, mtp_layers=mtp,
         hidden_size=hidden, num_attention_heads=heads, vocab_size=vocab, kv_dtype=kv_dtype,

@@ -5,7 +5,8 @@ imported here).
 A config object's dict is translated where transformers names things differently from the checkpoints'
 config.json (docs/models.md): DeepSeek-V4's per-layer `layer_types` with a `compress_rates` table become the
 `compress_ratios` list (sliding_attention: 0, every other type: its rate); `dtype: None` (the object's default)
-is dropped, so the stored dtype falls back to the config's `torch_dtype` or bf16.
+is dropped, so the stored dtype falls back to the config's `torch_dtype` or bf16; Kimi Linear's keys derived
+from `linear_attn_config` (its top-level `linear_*` keys and `layer_types`) are checked against it and dropped.
 """
 
 from __future__ import annotations
@@ -51,4 +52,31 @@ def _translated(data: dict[str, Any], source: str) -> dict[str, Any]:
             raise ConfigError(f"layer types {unknown} have no entry in compress_rates {dict(rates)}",
                               source=source, key="compress_rates")
         data["compress_ratios"] = [0 if t == SLIDING_LAYER_TYPE else rates[t] for t in types]
+    if data.get("model_type") == "kimi_linear":
+        _kimi_derived(data, source)
     return data
+
+
+# transformers' KimiLinearConfig writes these beside linear_attn_config, derived from it (checkpoints do not)
+KIMI_DERIVED = {"linear_conv_kernel_dim": "short_conv_kernel_size", "linear_num_heads": "num_heads",
+                "linear_head_dim": "head_dim"}
+
+
+def _kimi_derived(data: dict[str, Any], source: str) -> None:
+    """Drop the keys KimiLinearConfig derives from `linear_attn_config`, each checked against it."""
+    table = data.get("linear_attn_config")
+    if not isinstance(table, Mapping):
+        return
+    for key, inner in KIMI_DERIVED.items():
+        if key in data and data[key] != table.get(inner):
+            raise ConfigError(f"{data[key]!r} contradicts linear_attn_config.{inner} = {table.get(inner)!r}",
+                              source=source, key=key)
+        data.pop(key, None)
+    types, kda = data.get("layer_types"), table.get("kda_layers")
+    if types is not None:
+        expected = (None if not isinstance(kda, list | tuple) or not isinstance(types, list | tuple) else
+                    ["linear_attention" if i + 1 in kda else "full_attention" for i in range(len(types))])
+        if types != expected:
+            raise ConfigError("layer_types contradicts linear_attn_config.kda_layers", source=source,
+                              key="layer_types")
+        data.pop("layer_types")

@@ -75,15 +75,17 @@ def _kernel_rows(reader: ConfigReader, key: str, default: int) -> int:
     return reader.integer(key, minimum=2, default=default) - 1
 
 
-def _typed(reader: ConfigReader, main: int, key: str, recurrent: str, attention: str) -> frozenset[int]:
-    """Layers named `recurrent` in the per-layer list `key` (every entry `recurrent` or `attention`)."""
+def _typed(reader: ConfigReader, main: int, key: str, recurrent: tuple[str, ...],
+           attention: tuple[str, ...]) -> frozenset[int]:
+    """Layers named one of `recurrent` in the per-layer list `key` (every entry one of `recurrent` or
+    `attention`: a checkpoint's names, and those transformers writes for them)."""
     types = reader.string_list(key)
     if len(types) != main:
         reader.fail(key, f"has {len(types)} entries, num_hidden_layers is {main}")
     for layer, kind in enumerate(types):
-        if kind not in (recurrent, attention):
-            reader.fail(key, f"unknown layer type {kind!r} at layer {layer}; known: {[recurrent, attention]}")
-    return frozenset(i for i, kind in enumerate(types) if kind == recurrent)
+        if kind not in recurrent + attention:
+            reader.fail(key, f"unknown layer type {kind!r} at layer {layer}; known: {[*recurrent, *attention]}")
+    return frozenset(i for i, kind in enumerate(types) if kind in recurrent)
 
 
 # ---------------------------------------------------------------- Qwen3-Next: Gated DeltaNet
@@ -93,7 +95,7 @@ def _qwen3_next_layers(reader: ConfigReader, main: int) -> frozenset[int]:
     """``layer_types`` when given, else every ``full_attention_interval``-th layer is full attention
     (transformers' Qwen3NextConfig: layer i is linear when (i + 1) % interval != 0)."""
     if reader.present("layer_types"):
-        return _typed(reader, main, "layer_types", LINEAR, FULL)
+        return _typed(reader, main, "layer_types", (LINEAR,), (FULL,))
     every = reader.integer("full_attention_interval", minimum=1, default=4)
     return frozenset(i for i in range(main) if (i + 1) % every)
 
@@ -160,7 +162,9 @@ def _mamba_shapes(reader: ConfigReader, hidden_size: int) -> Shapes:
 
 
 def _granite_layers(reader: ConfigReader, main: int) -> frozenset[int]:
-    return _typed(reader, main, "layer_types", MAMBA, ATTENTION)
+    """``layer_types``: ``mamba`` / ``attention`` as checkpoints write them, or ``linear_attention`` /
+    ``full_attention`` as transformers (which renames them on load) writes them back."""
+    return _typed(reader, main, "layer_types", (MAMBA, LINEAR), (ATTENTION, FULL))
 
 
 def _mamba2_shapes(reader: ConfigReader, hidden_size: int) -> Shapes:
@@ -173,9 +177,11 @@ def _mamba2_shapes(reader: ConfigReader, hidden_size: int) -> Shapes:
     head_dim = inner // heads
     if reader.config.get("mamba_d_head", "auto") != "auto":
         head_dim = reader.integer("mamba_d_head", minimum=1)
-    if head_dim * heads != inner or heads % groups:
+    if heads % groups:
+        reader.fail("mamba_n_groups", f"{groups} groups cannot share {heads} heads (must divide mamba_n_heads)")
+    if head_dim * heads != inner:
         reader.fail("mamba_n_heads", f"{heads} heads of {head_dim} must make the intermediate size {inner} "
-                    f"(mamba_expand x hidden_size) and be a multiple of mamba_n_groups {groups}")
+                    "(mamba_expand x hidden_size)")
     conv = (inner + 2 * groups * d_state, _kernel_rows(reader, "mamba_d_conv", 4))
     return conv, (heads, head_dim, d_state)
 

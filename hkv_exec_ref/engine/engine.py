@@ -166,7 +166,7 @@ class Engine:
         try:
             hit = self.manager.match(rid)
             self.manager.acquire(rid, hit)
-            by_tier, decision, recomputed = self._from_tiers(rid, hit.tokens, prompt)
+            by_tier, decision, recomputed = self._from_tiers(rid, hit, prompt)
             cached = sum(by_tier.values())
             computed = self.manager.request_tokens(rid)[0]  # past `cached` when a failed load was recomputed
             prompt_logits = np.concatenate([*recomputed, self._prefill(rid, prompt, computed,
@@ -255,10 +255,11 @@ class Engine:
                                       reason=f"a prompt of {prompt_tokens} tokens and {max_new_tokens} new ones "
                                              f"run {needed} tokens through the model, past {name} of {limit}")
 
-    def _from_tiers(self, rid: int, device_tokens: int,
+    def _from_tiers(self, rid: int, hit: Hit,
                     prompt: I64) -> tuple[dict[str, int], LoadDecision | None, list[F32]]:
         """Tokens served per tier (the device hit, then what the tiers load), the tiers' decision, and the
         logits of an allocation computed because its load plan failed (none otherwise)."""
+        device_tokens = hit.tokens
         by_tier = {**dict.fromkeys(TIER_NAMES, 0), "device": device_tokens}
         if self.tiers is None:
             return by_tier, None, []
@@ -267,6 +268,7 @@ class Engine:
 
         def compute(alloc: Allocation) -> None:
             start = alloc.start_tokens
+            self._reseed_tails(hit, alloc)  # the failed copy may have written the working tails
             recomputed.append(self._compute(rid, alloc, prompt[start:start + alloc.num_tokens]))
 
         if plan.decision.loaded_tokens:
@@ -363,6 +365,17 @@ class Engine:
 
     def _write_state(self, alloc: Allocation, p: int, new: Any) -> None:
         state_io.write_state(self.executor, self.routes, alloc, p, new, self.config)
+
+    def _reseed_tails(self, hit: Hit, alloc: Allocation) -> None:
+        """Copy the device hit's tail snapshots (still leased) into the working tail pages again, as the
+        allocation's copy plan did: a failed tier load costs a recompute from the hit, never a wrong row."""
+        if not hit.tokens:
+            return
+        for name, page in alloc.tail_pages.items():
+            if name in hit.pages:
+                whole = self.executor.read(name, [int(hit.pages[name][0])])[0]  # (layers, entries, *shape)
+                entries = whole.shape[1]
+                self.executor.write(name, page * entries + np.arange(entries), np.swapaxes(whole, 0, 1))
 
     def _write_initial(self, alloc: Allocation) -> None:
         state_io.write_initial_tails(self.executor, self.routes, alloc, self.model.empty_state())

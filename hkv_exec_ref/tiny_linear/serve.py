@@ -24,7 +24,7 @@ import attrs
 import numpy as np
 
 from hkv_core.layout import EntryKind, Layout, ObjectKind, PoolSpec
-from hkv_core.manager import Allocation, CacheManager
+from hkv_core.manager import Allocation, CacheManager, Hit
 from hkv_core.plan import Completion
 from hkv_exec_ref.executor import RefExecutor
 from hkv_exec_ref.tiny_linear.model import HybridState, TinyHybrid, Tokens
@@ -93,6 +93,7 @@ class HybridServer:
             plan = self.tiers.plan(m, rid, hit.tokens, len(tokens))
 
             def compute(alloc: Allocation) -> None:  # a failed load plan: the same pages, computed
+                self._reseed(hit, alloc)  # the failed copy may have written the working state: the hit's again
                 pieces.append(self._compute(tokens, alloc))
                 m.commit(rid, alloc.num_tokens)
 
@@ -221,6 +222,15 @@ class HybridServer:
             for at, layer in enumerate(self.linear):
                 into[layer] = self.executor.entries(pool.name, slot, at)[0].astype(np.float32)
         return state
+
+    def _reseed(self, hit: Hit, alloc: Allocation) -> None:
+        """Copy the recurrent state at the device hit (its snapshot, still leased) into the working pages again,
+        as the allocation's copy plan did: what a failed tier load left there is never read."""
+        if not hit.tokens:
+            return
+        for pool in self.state_pools.values():
+            page = self.executor.read(pool.name, [int(hit.pages[pool.name][0])])[:, :, 0]  # (1, layers, *shape)
+            self.executor.write(pool.name, [alloc.tail_pages[pool.name] * pool.entries_per_page], page)
 
     def _write_state(self, state: HybridState, pages: dict[str, int]) -> None:
         for kind, source in ((EntryKind.CONV_STATE, state.conv), (EntryKind.SSM_STATE, state.ssm)):

@@ -99,6 +99,9 @@ def test_the_state_dtype_is_an_hkv_option() -> None:
     with pytest.raises(ConfigError) as info:
         layout_of("x", dict(fixture("qwen3_next_80b_a3b"), hkv={"ssm_state_dtype": "int4"}))
     assert info.value.key == "hkv.ssm_state_dtype"
+    with pytest.raises(ConfigError) as info:  # an attention-only model keeps no recurrent state
+        Layout.from_hf_config(dict(fixture("llama3_1_8b"), hkv={"ssm_state_dtype": "fp32"}), name="x")
+    assert info.value.key == "hkv.ssm_state_dtype"
 
 
 def test_qwen3_next_layer_types_win_over_the_interval() -> None:
@@ -139,6 +142,7 @@ REFUSED = [
     ("jamba_mini_1_7", {"attn_layer_offset": 8}, "attn_layer_offset"),
     ("granite_4_h_small", {"layer_types": None}, "layer_types"),  # transformers would make every layer Mamba
     ("granite_4_h_small", {"mamba_d_head": 65}, "mamba_n_heads"),  # 128 x 65 is not 2 x 4096
+    ("granite_4_h_small", {"mamba_n_groups": 3}, "mamba_n_groups"),  # 3 groups cannot share 128 heads
     ("granite_4_h_small", {"layer_types": ["mamba"] * 39}, "layer_types"),
     ("granite_4_h_small", {"mamba_d_state": 0}, "mamba_d_state"),
 ]
@@ -172,3 +176,28 @@ def test_hybrids_hkv_cannot_lay_out_yet_are_refused_saying_what(name: str) -> No
     with pytest.raises(ConfigError) as info:
         Layout.from_hf_config(config, name=name)
     assert info.value.key == "model_type" and RECURRENT_MODEL_TYPES[config["model_type"]] in info.value.message
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_transformers_config_objects_read_like_their_files(name: str) -> None:
+    """A config object (to_dict()) of each type: Granite's layer names as transformers renames them, Kimi's
+    keys derived from linear_attn_config, read to the same layout as the file."""
+    transformers = pytest.importorskip("transformers", reason="the hf extra (transformers) is not installed")
+    config = transformers.AutoConfig.for_model(**fixture(name))
+    a, b = Layout.from_hf_config(config, name=name), layout_of(name)
+    assert [(g.kind, g.layer_ids, g.state) for g in a.groups] == [(g.kind, g.layer_ids, g.state) for g in b.groups]
+
+
+def test_kimi_derived_keys_that_contradict_the_table_are_refused() -> None:
+    transformers = pytest.importorskip("transformers", reason="the hf extra (transformers) is not installed")
+    config = transformers.AutoConfig.for_model(**fixture("kimi_linear_48b_a3b"))
+    data = config.to_dict()
+    data["linear_conv_kernel_dim"] = 5
+
+    class Obj:
+        def to_dict(self) -> dict[str, Any]:
+            return data
+
+    with pytest.raises(ConfigError) as info:
+        Layout.from_hf_config(Obj(), name="x")
+    assert info.value.key == "linear_conv_kernel_dim"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 from hkv_core.layout import Layout, ObjectKind, PoolSpec, load_preset_config
 from hkv_core.manager import CacheManager, ManagerConfig, check_invariants
+from hkv_core.plan import Completion, LoadRecord, Plan
 from hkv_exec_ref.executor import RefExecutor
 from hkv_exec_ref.tiny_linear import HybridConfig, HybridServer, HybridState, TinyHybrid
 from hkv_tiers.link import TierOptions
@@ -148,10 +150,10 @@ def test_broken_variant_drafting_into_the_working_state_is_caught() -> None:
     assert not np.array_equal(out.logits, logits[out.cached_tokens:])
 
 
-def tiered(directory: Path, *, host_bytes: int = 1 << 20) -> HybridServer:
+def tiered(directory: Path, *, host_bytes: int = 1 << 20, executor: RefExecutor | None = None) -> HybridServer:
     manager = CacheManager(Layout.from_preset("tiny_linear"),
                            ManagerConfig(default_pool_pages=64, retain_every_blocks=1, key_seed=2))
-    return HybridServer(model(), manager, RefExecutor(),
+    return HybridServer(model(), manager, executor or RefExecutor(),
                         tiers=TierOptions(directory=directory, host_bytes=host_bytes, policy="load"))
 
 
@@ -196,4 +198,31 @@ def test_broken_variant_point_records_without_the_state_is_caught(tmp_path: Path
     served = srv.prefill(prompt)
     assert served.tier_tokens == 32
     assert not np.array_equal(served.logits, recompute(prompt)[32:])
+    srv.close()
+
+
+class FailingLoads(RefExecutor):
+    """Load plans write garbage into their targets (the working state included), then report a failure."""
+
+    def run(self, plan: Plan, records: Any = None) -> Completion:
+        if not any(isinstance(op, LoadRecord) for op in plan.ops):
+            return super().run(plan, records)
+        super().run(plan, {name: np.full_like(buffer, 0x7F) for name, buffer in (records or {}).items()})
+        return Completion(ok=False, error="injected copy failure")
+
+
+def test_a_failed_tier_load_after_a_device_hit_is_recomputed_exactly(tmp_path: Path) -> None:
+    """A device hit at 16, then a tier load of [16, 32) whose plan fails after scribbling over the working
+    state: the allocation is recomputed from the hit's state, never from what the failed copy left."""
+    srv = tiered(tmp_path, executor=FailingLoads())
+    srv.prefill(BASE)
+    rid = srv.manager.add_request(np.array(BASE[:17]))  # pin the point at 16 while the rest is evicted
+    srv.manager.acquire(rid, srv.manager.match(rid))
+    srv.manager.evict()
+    srv.manager.release(rid)
+    prompt = BASE[:35] + (1, 2)
+    served = srv.prefill(prompt)
+    assert srv.tiers is not None and srv.tiers.cache.counts["load_failed"] == 1
+    assert served.cached_tokens == 16 and served.tier_tokens == 0
+    assert np.array_equal(served.logits, recompute(prompt)[16:])
     srv.close()

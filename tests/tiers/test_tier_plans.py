@@ -187,3 +187,20 @@ def test_committing_a_failed_load_instead_of_recomputing_is_caught(tmp_path: Pat
         assert again.cached_by_tier["host"] == 32
         assert not engine.matches_recompute(prompt, again) or not again.same_outputs(first)
     engine.close()
+
+
+def test_a_failed_tier_load_after_a_device_hit_is_recomputed_from_the_hit(tmp_path: Path) -> None:
+    """A device hit at 16, then a load of [16, 32) whose plan scribbles over the working tails and fails: the
+    recompute starts from the hit's tails again (the CSA tail's overlap rows are read at 16), output exact."""
+    engine = tiny(tmp_path, executor=FailingLoads())
+    prompt = np.arange(40) % 64
+    first = engine.generate(prompt, 3)
+    rid = engine.manager.add_request(prompt[:17])  # pins the point at 16 through the eviction
+    engine.manager.acquire(rid, engine.manager.match(rid))
+    engine.evict("device")
+    engine.manager.release(rid)
+    again = engine.generate(prompt, 3)
+    assert engine.tiers is not None and engine.tiers.cache.counts["load_failed"] == 1
+    assert again.cached_by_tier["device"] == 16
+    assert again.same_outputs(first) and engine.matches_recompute(prompt, again)
+    engine.close()
