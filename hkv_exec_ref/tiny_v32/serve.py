@@ -21,6 +21,8 @@ from hkv_exec_ref.tiny_v32.model import TinyV32, Tokens, V32State
 
 @attrs.frozen(kw_only=True)
 class V32Served:
+    """One prompt served: its cached tokens, the logits of the positions it computed, the hit's reason codes."""
+
     cached_tokens: int
     logits: F32  # (len(prompt) - cached_tokens, vocab)
     reasons: tuple[str, ...]
