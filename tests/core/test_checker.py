@@ -10,6 +10,7 @@ from hkv_core.checker import CheckConfig, CheckResult, check
 from hkv_core.checker.effects import EFFECTS
 from hkv_core.checker.explore import Explorer, Parents, seed_worlds
 from hkv_core.checker.invariants import INVARIANTS
+from hkv_core.errors import InvalidArgument
 from hkv_core.spec import load_lifecycle
 from hkv_core.spec.guards import GUARDS
 from hkv_core.spec.names import EFFECT_NAMES, GUARD_NAMES, INVARIANT_NAMES, State
@@ -130,7 +131,8 @@ BROKEN = [
     Broken("unfreeze a leased page", CKV_UNPIN, CKV_UNPIN + '\n  { source = "PUBLISHED", event = "seal", '
            'dest = "READY", guards = [], effects = [] },', "lease_covers_object_set", SMALL, first=False),
     Broken("lease a draft", DRAFT, DRAFT + '\n  { source = "DRAFT", event = "pin", dest = "=", guards = [], '
-           'effects = ["add_lease"] },', "draft_isolation", DEEP, count=4),
+           'effects = ["add_lease"] },', "draft_isolation",
+           attrs.evolve(DEEP, device_kinds=("compressed_kv", "recurrent_state")), count=5),  # 2 kinds: 0.1 s
     Broken("accept publishes a draft", ACCEPT, '{ source = "DRAFT", event = "accept", dest = "PUBLISHED", '
            'guards = [], effects = ["clear_owner", "freeze_content"] },', "publish_only_when_complete", SMALL,
            count=4),
@@ -226,3 +228,14 @@ def test_reference_drop_is_all_or_nothing(tmp_path: Path) -> None:
 def test_every_invariant_is_shown_able_to_fail() -> None:
     shown = {b.invariant for b in BROKEN}
     assert shown == INVARIANT_NAMES
+
+
+def test_device_kinds_names_kinds_of_the_spec() -> None:
+    """CheckConfig.device_kinds narrows the world to some kinds; a kind the spec lacks (or a repeat) is refused."""
+    spec = load_lifecycle()
+    narrow = Explorer(spec, attrs.evolve(SMALL, device_kinds=("recurrent_state", "compressed_kv"))).topo
+    assert narrow.device_kinds == ("compressed_kv", "recurrent_state")  # in the spec's order
+    for bad in (("compressed_kv", "block"), ("window",), ("compressed_kv", "compressed_kv")):
+        with pytest.raises(InvalidArgument) as info:
+            Explorer(spec, attrs.evolve(SMALL, device_kinds=bad))
+        assert info.value.argument == "device_kinds"
