@@ -18,15 +18,16 @@ through the causal order alone).  A linear layer keeps exactly what a resume nee
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 import numpy as np
 
-from hkv_exec_ref.tiny_v4.numerics import F32, I64, ONE, exp32, proj, rms_norm, seq_sum
+from hkv_exec_ref.tiny_v4.numerics import F32, ONE, exp32, proj, rms_norm, seq_sum
+from hkv_exec_ref.token_model import TokenModel, Tokens, seeded_matrix, softmax_heads
 
-Tokens = Sequence[int] | I64
+__all__ = ["HybridConfig", "HybridState", "TinyHybrid", "Tokens"]
 EPS = 1e-6
 
 
@@ -96,8 +97,7 @@ def _weights(cfg: HybridConfig) -> dict[str, F32]:
     rng = np.random.default_rng(cfg.seed)
 
     def w(*shape: int) -> F32:
-        out: F32 = (rng.standard_normal(shape) / np.sqrt(shape[0])).astype(np.float32)
-        return out
+        return seeded_matrix(rng, *shape)
 
     out = {"embed": w(cfg.vocab, cfg.hidden), "head": w(cfg.hidden, cfg.vocab)}
     for i in range(cfg.n_layers):
@@ -122,25 +122,15 @@ def _sigmoid(x: F32) -> F32:
     return out
 
 
-class TinyHybrid:
+class TinyHybrid(TokenModel[HybridState]):
     """A seeded tiny hybrid with explicit state (see the module docstring)."""
 
     def __init__(self, config: HybridConfig) -> None:
-        self.config = config
+        self.config, self.vocab = config, config.vocab
         self.w = _weights(config)
 
-    def forward(self, tokens: Tokens, state: HybridState) -> tuple[F32, HybridState]:
-        """Logits (n, vocab) of `tokens` at positions state.tokens ..; the state after them (a new object)."""
-        out, st = [], state.copy()
-        for token in np.asarray(tokens, np.int64).tolist():
-            out.append(self._token(int(token), st))
-            st.tokens += 1
-        logits: F32 = np.stack(out) if out else np.zeros((0, self.config.vocab), np.float32)
-        return logits, st
-
-    def recompute(self, tokens: Tokens) -> F32:
-        """Logits of every position from the empty state: the oracle."""
-        return self.forward(tokens, HybridState.empty(self.config))[0]
+    def _empty(self) -> HybridState:
+        return HybridState.empty(self.config)
 
     def _token(self, token: int, st: HybridState) -> F32:
         cfg, w = self.config, self.w
@@ -160,15 +150,7 @@ class TinyHybrid:
         rows = np.concatenate([st.kv[i], kv])
         st.kv[i] = rows
         keys, values = rows[:, 0, 0, :], rows[:, 1, 0, :]  # (t + 1, head_dim)
-        scale = np.float32(1.0 / np.sqrt(cfg.head_dim))
-        heads = []
-        for head in range(cfg.n_heads):
-            scores = seq_sum(keys * q[head][None, :], axis=1) * scale
-            weights = exp32(scores - np.max(scores))
-            weights = weights / seq_sum(weights, axis=0)
-            heads.append(seq_sum(values * weights[:, None], axis=0))
-        out: F32 = np.concatenate(heads)[None, :]
-        return out
+        return softmax_heads(keys, values, q, np.float32(1.0 / np.sqrt(cfg.head_dim)))
 
     def _recur(self, i: int, h: F32, st: HybridState) -> F32:
         """One token through the short convolution and the gated delta rule, updating the layer's state."""

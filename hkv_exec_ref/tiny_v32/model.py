@@ -11,16 +11,17 @@ latents (docs/models.md).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 import numpy as np
 
 from hkv_exec_ref.tiny_v4.indexer import index_scores
-from hkv_exec_ref.tiny_v4.numerics import F32, I64, exp32, proj, rms_norm, seq_sum
+from hkv_exec_ref.tiny_v4.numerics import F32, proj, rms_norm
+from hkv_exec_ref.token_model import TokenModel, Tokens, seeded_matrix, softmax_heads
 
-Tokens = Sequence[int] | I64
+__all__ = ["TinyV32", "Tokens", "V32Config", "V32State"]
 EPS = 1e-6
 
 
@@ -69,8 +70,7 @@ def _weights(cfg: V32Config) -> dict[str, F32]:
     rng = np.random.default_rng(cfg.seed)
 
     def w(*shape: int) -> F32:
-        out: F32 = (rng.standard_normal(shape) / np.sqrt(shape[0])).astype(np.float32)
-        return out
+        return seeded_matrix(rng, *shape)
 
     out = {"embed": w(cfg.vocab, cfg.hidden), "head": w(cfg.hidden, cfg.vocab)}
     for i in range(cfg.n_layers):
@@ -82,24 +82,15 @@ def _weights(cfg: V32Config) -> dict[str, F32]:
     return out
 
 
-class TinyV32:
+class TinyV32(TokenModel[V32State]):
     """A seeded tiny V3.2-style model with explicit state (see the module docstring)."""
 
     def __init__(self, config: V32Config) -> None:
-        self.config = config
+        self.config, self.vocab = config, config.vocab
         self.w = _weights(config)
 
-    def forward(self, tokens: Tokens, state: V32State) -> tuple[F32, V32State]:
-        """Logits (n, vocab) of `tokens` at positions state.tokens ..; the state after them (a new object)."""
-        out, st = [], state.copy()
-        for token in np.asarray(tokens, np.int64).tolist():
-            out.append(self._token(int(token), st))
-            st.tokens += 1
-        logits: F32 = np.stack(out) if out else np.zeros((0, self.config.vocab), np.float32)
-        return logits, st
-
-    def recompute(self, tokens: Tokens) -> F32:
-        return self.forward(tokens, V32State.empty(self.config))[0]
+    def _empty(self) -> V32State:
+        return V32State.empty(self.config)
 
     def _token(self, token: int, st: V32State) -> F32:
         cfg, w = self.config, self.w
@@ -121,12 +112,4 @@ class TinyV32:
         order = np.argsort(-(scores + np.float32(0.0)), kind="stable")[:cfg.topk]
         chosen = st.latents[i][np.sort(order)]  # ascending positions
         q = proj(h, w[f"{i}.q"]).reshape(cfg.n_heads, cfg.latent)
-        scale = np.float32(cfg.latent ** -0.5)
-        heads = []
-        for head in range(cfg.n_heads):
-            logits = seq_sum(chosen * q[head][None, :], axis=1) * scale
-            p = exp32(logits - np.max(logits))
-            p = p / seq_sum(p, axis=0)
-            heads.append(seq_sum(chosen * p[:, None], axis=0))
-        out: F32 = np.concatenate(heads)[None, :]
-        return out
+        return softmax_heads(chosen, chosen, q, np.float32(cfg.latent ** -0.5))  # K = V: the latent
