@@ -14,6 +14,8 @@ import numpy as np
 
 from hkv_exec_ref.tiny_v4.numerics import F32, I64, exp32, seq_sum
 
+__all__ = ["TokenModel", "TokenState", "Tokens", "seeded_matrix", "softmax_heads"]
+
 Tokens = Sequence[int] | I64
 
 
