@@ -181,7 +181,7 @@ BROKEN = [
     # slots reserved ahead of the known tokens
     Broken("publish a slot reserved ahead", VERIFY, VERIFY + '\n  { source = "AHEAD", event = "publish", '
            'dest = "PUBLISHED", guards = ["is_owner", "rows_full"], effects = ["clear_owner", "freeze_content"] },',
-           "ahead_never_published", DEEP),
+           "ahead_never_published", attrs.evolve(DEEP, device_kinds=("compressed_kv", "recurrent_state"))),
     Broken("verify before the tokens are known", VERIFY, VERIFY.replace(', "tokens_known"', ""),
            "ahead_never_published", SMALL),
     Broken("seal a slot reserved ahead", VERIFY, VERIFY + '\n  { source = "AHEAD", event = "seal", dest = "READY", '
