@@ -12,11 +12,12 @@ from typing import Generic, Protocol, Self, TypeVar
 
 import numpy as np
 
-from hkv_exec_ref.tiny_v4.numerics import F32, I64, exp32, seq_sum
+from hkv_exec_ref.tiny_v4.numerics import F32, I64, exp32, proj, rms_norm, seq_sum
 
 __all__ = ["TokenModel", "TokenState", "Tokens", "seeded_matrix", "softmax_heads"]
 
 Tokens = Sequence[int] | I64
+NORM_EPS = 1e-6
 
 
 class TokenState(Protocol):
@@ -34,6 +35,8 @@ class TokenModel(Generic[S]):
     """Base of the per-token tiny models: `_token` computes one token's logits and updates the state in place."""
 
     vocab: int
+    n_layers: int
+    w: dict[str, F32]  # embed, head, and per layer i: "{i}.norm", "{i}.out" and the mixer's own
 
     def forward(self, tokens: Tokens, state: S) -> tuple[F32, S]:
         """Logits (n, vocab) of `tokens` at positions state.tokens ..; the state after them (a new object)."""
@@ -49,6 +52,17 @@ class TokenModel(Generic[S]):
         return self.forward(tokens, self._empty())[0]
 
     def _token(self, token: int, state: S) -> F32:
+        """One token through the residual stack: per layer, RMSNorm, the layer's mixer, its output projection."""
+        w = self.w
+        x = w["embed"][token][None, :]
+        for i in range(self.n_layers):
+            h = rms_norm(x, w[f"{i}.norm"], NORM_EPS)
+            x = x + proj(self._mix(i, h, state), w[f"{i}.out"])
+        logits: F32 = proj(x, w["head"])[0]
+        return logits
+
+    def _mix(self, layer: int, h: F32, state: S) -> F32:
+        """Layer `layer`'s mixer on the normed token `h` (1, hidden), updating `state`: (1, its output width)."""
         raise NotImplementedError
 
     def _empty(self) -> S:

@@ -65,7 +65,7 @@ def routes(layout: Layout, cfg: Config) -> tuple[LayerRoute, ...]:
     return tuple(out[i] for i in range(cfg.n_layers))
 
 
-def _read_rows(executor: Executor, spec: PoolSpec, table: NDArray[np.int32], first: int, stop: int,
+def read_rows(executor: Executor, spec: PoolSpec, table: NDArray[np.int32], first: int, stop: int,
                slot: int) -> NDArray[np.float32]:
     """Rows / entries [first, stop) of a block-table pool (window or prefix), in the executor's array module."""
     index = np.arange(first, stop, dtype=np.int64)
@@ -94,13 +94,13 @@ def read_layer(executor: Executor, route: LayerRoute, alloc: Allocation, p: int,
     fields: dict[str, Any] = {"index_keys": None, "tail": None, "index_tail": None}
     window = route.pools["window"]
     w0 = window_start(p, cfg.window_tokens)
-    rows = _read_rows(executor, window, alloc.block_tables[window.name], w0, p, route.slot) if p > w0 else None
+    rows = read_rows(executor, window, alloc.block_tables[window.name], w0, p, route.slot) if p > w0 else None
     fields["window"] = rows if rows is not None else executor.xp.zeros((0, cfg.head_dim), np.float32)
     fields["entries"] = executor.xp.zeros((0, cfg.head_dim), np.float32)
     for name in ("entries", "index_keys"):
         if name in route.pools:
             spec = route.pools[name]
-            fields[name] = _read_rows(executor, spec, alloc.block_tables[spec.name], 0, p // layer_spec.ratio,
+            fields[name] = read_rows(executor, spec, alloc.block_tables[spec.name], 0, p // layer_spec.ratio,
                                       route.slot)
     for name in TAIL_FIELDS:
         if name in route.pools:

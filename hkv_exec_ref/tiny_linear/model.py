@@ -24,11 +24,11 @@ from typing import Any
 import attrs
 import numpy as np
 
-from hkv_exec_ref.tiny_v4.numerics import F32, ONE, exp32, proj, rms_norm, seq_sum
+from hkv_exec_ref.tiny_v4.numerics import F32, ONE, exp32, proj, seq_sum
 from hkv_exec_ref.token_model import TokenModel, Tokens, seeded_matrix, softmax_heads
 
 __all__ = ["HybridConfig", "HybridState", "TinyHybrid", "Tokens"]
-EPS = 1e-6
+EPS = 1e-6  # the key normalisation's epsilon
 
 
 @attrs.frozen(kw_only=True)
@@ -126,21 +126,14 @@ class TinyHybrid(TokenModel[HybridState]):
     """A seeded tiny hybrid with explicit state (see the module docstring)."""
 
     def __init__(self, config: HybridConfig) -> None:
-        self.config, self.vocab = config, config.vocab
+        self.config, self.vocab, self.n_layers = config, config.vocab, config.n_layers
         self.w = _weights(config)
 
     def _empty(self) -> HybridState:
         return HybridState.empty(self.config)
 
-    def _token(self, token: int, st: HybridState) -> F32:
-        cfg, w = self.config, self.w
-        x = w["embed"][token][None, :]
-        for i in range(cfg.n_layers):
-            h = rms_norm(x, w[f"{i}.norm"], EPS)
-            mixed = self._attend(i, h, st) if i in cfg.full_layers else self._recur(i, h, st)
-            x = x + proj(mixed, w[f"{i}.out"])
-        logits: F32 = proj(x, w["head"])[0]
-        return logits
+    def _mix(self, layer: int, h: F32, st: HybridState) -> F32:
+        return self._attend(layer, h, st) if layer in self.config.full_layers else self._recur(layer, h, st)
 
     def _attend(self, i: int, h: F32, st: HybridState) -> F32:
         """Causal full attention of one query over K, V rows [0, t] (the new row appended to the state)."""

@@ -26,6 +26,7 @@ import numpy as np
 from hkv_core.layout import EntryKind, Layout, ObjectKind, PoolSpec
 from hkv_core.manager import Allocation, CacheManager, Hit
 from hkv_core.plan import Completion
+from hkv_exec_ref.engine.state_io import read_rows
 from hkv_exec_ref.executor import RefExecutor
 from hkv_exec_ref.tiny_linear.model import HybridState, TinyHybrid, Tokens
 from hkv_exec_ref.tiny_v4.numerics import F32
@@ -210,12 +211,8 @@ class HybridServer:
         if start == 0:
             return state
         spec = self.kv_pool
-        table = alloc.block_tables[spec.name]
-        positions = np.arange(start)
-        slots = table[positions // spec.tokens_per_page].astype(np.int64) * spec.entries_per_page \
-            + positions % spec.tokens_per_page
         for at, layer in enumerate(self.full):
-            state.kv[layer] = self.executor.entries(spec.name, slots, at).astype(np.float32)
+            state.kv[layer] = read_rows(self.executor, spec, alloc.block_tables[spec.name], 0, start, at)
         for kind, into in ((EntryKind.CONV_STATE, state.conv), (EntryKind.SSM_STATE, state.ssm)):
             pool = self.state_pools[kind]
             slot = [alloc.tail_pages[pool.name] * pool.entries_per_page]

@@ -18,11 +18,10 @@ import attrs
 import numpy as np
 
 from hkv_exec_ref.tiny_v4.indexer import index_scores
-from hkv_exec_ref.tiny_v4.numerics import F32, proj, rms_norm
+from hkv_exec_ref.tiny_v4.numerics import F32, proj
 from hkv_exec_ref.token_model import TokenModel, Tokens, seeded_matrix, softmax_heads
 
 __all__ = ["TinyV32", "Tokens", "V32Config", "V32State"]
-EPS = 1e-6
 
 
 @attrs.frozen(kw_only=True)
@@ -86,20 +85,14 @@ class TinyV32(TokenModel[V32State]):
     """A seeded tiny V3.2-style model with explicit state (see the module docstring)."""
 
     def __init__(self, config: V32Config) -> None:
-        self.config, self.vocab = config, config.vocab
+        self.config, self.vocab, self.n_layers = config, config.vocab, config.n_layers
         self.w = _weights(config)
 
     def _empty(self) -> V32State:
         return V32State.empty(self.config)
 
-    def _token(self, token: int, st: V32State) -> F32:
-        cfg, w = self.config, self.w
-        x = w["embed"][token][None, :]
-        for i in range(cfg.n_layers):
-            h = rms_norm(x, w[f"{i}.norm"], EPS)
-            x = x + proj(self._attend(i, h, st), w[f"{i}.out"])
-        logits: F32 = proj(x, w["head"])[0]
-        return logits
+    def _mix(self, layer: int, h: F32, st: V32State) -> F32:
+        return self._attend(layer, h, st)
 
     def _attend(self, i: int, h: F32, st: V32State) -> F32:
         """Append this token's latent and indexer key; attend over the top-k latents its indexer selects."""

@@ -14,6 +14,7 @@ import numpy as np
 
 from hkv_core.layout import ObjectKind, PoolSpec
 from hkv_core.manager import Allocation, CacheManager
+from hkv_exec_ref.engine.state_io import read_rows
 from hkv_exec_ref.executor import RefExecutor
 from hkv_exec_ref.tiny_v4.numerics import F32
 from hkv_exec_ref.tiny_v32.model import TinyV32, Tokens, V32State
@@ -63,11 +64,8 @@ class V32Server:
 
     def _rows(self, pool: PoolSpec, alloc: Allocation, start: int) -> list[F32]:
         """Rows [0, start) of every layer of `pool`, read through its block table."""
-        positions = np.arange(start)
-        table = alloc.block_tables[pool.name]
-        slots = table[positions // pool.tokens_per_page].astype(np.int64) * pool.entries_per_page \
-            + positions % pool.tokens_per_page
-        return [self.executor.entries(pool.name, slots, layer).astype(np.float32) for layer in range(pool.layer_count)]
+        return [read_rows(self.executor, pool, alloc.block_tables[pool.name], 0, start, layer)
+                for layer in range(pool.layer_count)]
 
     def _load(self, alloc: Allocation, start: int) -> V32State:
         state = V32State.empty(self.model.config)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -17,7 +16,6 @@ from hypothesis import strategies as st
 
 from hkv_core.layout import Layout, ObjectKind, PoolSpec, load_preset_config
 from hkv_core.manager import CacheManager, ManagerConfig, check_invariants
-from hkv_core.plan import Completion, LoadRecord, Plan
 from hkv_exec_ref.executor import RefExecutor
 from hkv_exec_ref.tiny_linear import HybridConfig, HybridServer, HybridState, TinyHybrid
 from hkv_tiers.link import TierOptions
@@ -201,20 +199,11 @@ def test_broken_variant_point_records_without_the_state_is_caught(tmp_path: Path
     srv.close()
 
 
-class FailingLoads(RefExecutor):
-    """Load plans write garbage into their targets (the working state included), then report a failure."""
-
-    def run(self, plan: Plan, records: Any = None) -> Completion:
-        if not any(isinstance(op, LoadRecord) for op in plan.ops):
-            return super().run(plan, records)
-        super().run(plan, {name: np.full_like(buffer, 0x7F) for name, buffer in (records or {}).items()})
-        return Completion(ok=False, error="injected copy failure")
-
-
-def test_a_failed_tier_load_after_a_device_hit_is_recomputed_exactly(tmp_path: Path) -> None:
+def test_a_failed_tier_load_after_a_device_hit_is_recomputed_exactly(tmp_path: Path,
+                                                                     failing_loads: RefExecutor) -> None:
     """A device hit at 16, then a tier load of [16, 32) whose plan fails after scribbling over the working
     state: the allocation is recomputed from the hit's state, never from what the failed copy left."""
-    srv = tiered(tmp_path, executor=FailingLoads())
+    srv = tiered(tmp_path, executor=failing_loads)
     srv.prefill(BASE)
     rid = srv.manager.add_request(np.array(BASE[:17]))  # pin the point at 16 while the rest is evicted
     srv.manager.acquire(rid, srv.manager.match(rid))

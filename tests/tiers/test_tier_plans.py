@@ -145,18 +145,9 @@ def test_record_ops_check_their_buffers_before_anything_runs(make: Any, records:
     assert executor.tally.ops == 0
 
 
-class FailingLoads(RefExecutor):
-    """A reference executor whose load plans report a failed copy after writing garbage into the targets."""
-
-    def run(self, plan: Plan, records: Any = None) -> Completion:
-        if not any(isinstance(op, LoadRecord) for op in plan.ops):
-            return super().run(plan, records)
-        super().run(plan, {name: np.full_like(buffer, 0x7F) for name, buffer in (records or {}).items()})
-        return Completion(ok=False, error="injected copy failure")
-
-
-def test_a_failed_tier_load_is_recomputed_and_the_output_stays_exact(tmp_path: Path) -> None:
-    engine = tiny(tmp_path, executor=FailingLoads())
+def test_a_failed_tier_load_is_recomputed_and_the_output_stays_exact(tmp_path: Path,
+                                                                   failing_loads: RefExecutor) -> None:
+    engine = tiny(tmp_path, executor=failing_loads)
     prompt = np.arange(40) % 64
     first = engine.generate(prompt, 3)
     engine.evict("device")
@@ -169,13 +160,13 @@ def test_a_failed_tier_load_is_recomputed_and_the_output_stays_exact(tmp_path: P
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the model reads the garbage the failed copy left
-def test_committing_a_failed_load_instead_of_recomputing_is_caught(tmp_path: Path,
+def test_committing_a_failed_load_instead_of_recomputing_is_caught(tmp_path: Path, failing_loads: RefExecutor,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """The broken variant: the link ignores the failed completion and commits what the copy left - the model
     then reads garbage state (it trips over non-finite compressor rows) or serves a different output."""
     real = link.span_io.run_load
     monkeypatch.setattr(link.span_io, "run_load", lambda *a: (real(*a), Completion())[1])
-    engine = tiny(tmp_path, executor=FailingLoads())
+    engine = tiny(tmp_path, executor=failing_loads)
     prompt = np.arange(40) % 64
     first = engine.generate(prompt, 3)
     engine.evict("device")
@@ -189,10 +180,11 @@ def test_committing_a_failed_load_instead_of_recomputing_is_caught(tmp_path: Pat
     engine.close()
 
 
-def test_a_failed_tier_load_after_a_device_hit_is_recomputed_from_the_hit(tmp_path: Path) -> None:
+def test_a_failed_tier_load_after_a_device_hit_is_recomputed_from_the_hit(tmp_path: Path,
+                                                                       failing_loads: RefExecutor) -> None:
     """A device hit at 16, then a load of [16, 32) whose plan scribbles over the working tails and fails: the
     recompute starts from the hit's tails again (the CSA tail's overlap rows are read at 16), output exact."""
-    engine = tiny(tmp_path, executor=FailingLoads())
+    engine = tiny(tmp_path, executor=failing_loads)
     prompt = np.arange(40) % 64
     first = engine.generate(prompt, 3)
     rid = engine.manager.add_request(prompt[:17])  # pins the point at 16 through the eviction
