@@ -84,7 +84,8 @@ class ManagerConfig:
       resume-point table (None: derived from the pool sizes, docs/limits.md).
     - `retain_every_blocks`: a resume point (window + tail snapshots) is kept
       at every block boundary that is a multiple of this, plus at the end of
-      each prompt (`retain_prompt_end`); only boundaries a hit can use.
+      each prompt (`retain_prompt_end`) and at its junction with the longest
+      cached chain (`retain_junction`); only boundaries a hit can use.
     - `allow_partial_page_copy`: resume at any block boundary by copying the
       partial prefix page (copy-on-write); False restricts hits to multiples
       of the LCM of all prefix pools' tokens per page.
@@ -131,6 +132,7 @@ class ManagerConfig:
     max_points: int | None = None
     retain_every_blocks: int = DEFAULT_RETAIN_EVERY_BLOCKS
     retain_prompt_end: bool = True
+    retain_junction: bool = True
     allow_partial_page_copy: bool = True
     evict_slack_shift: int | None = DEFAULT_EVICT_SLACK_SHIFT
     accepted_abi: frozenset[str] | None = attrs.field(default=None, converter=_abi_ids)
@@ -173,7 +175,8 @@ class ManagerConfig:
             raise ConfigError(f"expected None or a power of two in [1, {MAX_DEVICE_ALIGNMENT_BYTES:,}], got "
                               f"{alignment!r}", source="ManagerConfig", key="device_alignment_bytes")
         self._check_keys()
-        for flag in ("retain_prompt_end", "allow_partial_page_copy", "debug_checks", "kv_events", "mtp_window"):
+        for flag in ("retain_prompt_end", "retain_junction", "allow_partial_page_copy", "debug_checks", "kv_events",
+                     "mtp_window"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigError(f"expected True or False, got {getattr(self, flag)!r}", source="ManagerConfig",
                                   key=flag)

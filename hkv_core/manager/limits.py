@@ -105,9 +105,10 @@ def derived_block_rows(layout: Layout, config: ManagerConfig, lanes: tuple[LaneS
 
 
 def derived_point_rows(config: ManagerConfig, lanes: tuple[LaneSpec, ...], block_rows: int) -> int:
-    """Points retained every `retain_every_blocks` blocks, plus one prompt end per request in flight,
-    never more than a tail pool has pages for (each point holds one tail snapshot page)."""
-    wanted = block_rows // config.retain_every_blocks + config.max_requests
+    """Points retained every `retain_every_blocks` blocks, plus one prompt end (and one junction, with
+    `retain_junction`) per request in flight, never more than a tail pool has pages for (each point holds one
+    tail snapshot page)."""
+    wanted = block_rows // config.retain_every_blocks + config.max_requests * (1 + config.retain_junction)
     tails = [lane.pages - 1 for lane in lanes if lane.point_snapshot]
     return max(1, min([wanted, *tails]))
 

@@ -184,6 +184,7 @@ class RequestState:
     computed: int = 0
     allocated: int = 0
     hit_tokens: int = 0
+    junction_tokens: int = 0  # where its prompt leaves the longest cached chain, past its hit (0: nowhere)
     acquired: bool = False
     chain: IdList = attrs.field(factory=IdList)  # block ids of blocks 0.. in the index
     tables: list[Table] = attrs.field(factory=list)  # per page pool: prefix page / window block / working tail

@@ -1,8 +1,11 @@
 """The retention policy: at which block boundaries a request keeps resume points.
 
-A point is kept at every multiple of `retain_every_blocks` blocks and at the
-prompt's last block boundary (`retain_prompt_end`), and only where a hit can
-use it: with `allow_partial_page_copy=False` hits end on multiples of the
+A point is kept at every multiple of `retain_every_blocks` blocks, at the
+prompt's last block boundary (`retain_prompt_end`) and at its junction
+(`retain_junction`: where the prompt leaves the longest chain of cached
+blocks, when match found no point there - requests that share a prefix and
+then differ, such as a system prompt followed by different questions, will
+branch there again), and only where a hit can use it: with `allow_partial_page_copy=False` hits end on multiples of the
 LCM of the prefix pages, so points elsewhere would hold snapshots and window
 pages for nothing.  Layouts without window or tail pools keep no points (any
 block boundary with its prefix pages is a resume point).
@@ -34,7 +37,12 @@ def retained_between(core: Core, req: RequestState, start: int, end: int) -> lis
         return []
     step = step_tokens(core)
     out = list(range(start // step * step + step, end + 1, step))
-    prompt_end = req.prompt_tokens // core.block_tokens * core.block_tokens
-    if core.config.retain_prompt_end and start < prompt_end <= end and prompt_end % step and usable(core, prompt_end):
-        bisect.insort(out, prompt_end)
+    extra = []
+    if core.config.retain_prompt_end:
+        extra.append(req.prompt_tokens // core.block_tokens * core.block_tokens)
+    if core.config.retain_junction:
+        extra.append(req.junction_tokens)
+    for boundary in set(extra):
+        if start < boundary <= end and boundary % step and usable(core, boundary):
+            bisect.insort(out, boundary)
     return out

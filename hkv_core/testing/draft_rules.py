@@ -152,7 +152,8 @@ class DraftRules:
             m.release(other)
             return
         machine.committed[other] = Committed(salt=salt, tokens=tokens.copy(), start=hit.tokens,
-                                             prompt_tokens=len(tokens), evictions=evictions(m))
+                                             prompt_tokens=len(tokens), evictions=evictions(m),
+                                             junction=hit.candidate_tokens if hit.candidate_tokens > hit.tokens else 0)
         m.release(other)
         machine.released.add(other)
         machine.committed[other] = attrs.evolve(machine.committed[other], released=True)

@@ -20,6 +20,7 @@ class ModelRequest:
     computed: int = 0
     allocated: int = 0
     hit_tokens: int = 0
+    junction: int = 0  # its last match's candidate past the hit: the manager keeps a point there (retain_junction)
     acquired: bool = False
     since: int | None = None  # the manager's eviction count when the request first pinned or owned anything
     plans: set[int] = attrs.field(factory=set)  # copy plans in flight
@@ -35,6 +36,7 @@ class Committed:
     start: int
     prompt_tokens: int
     evictions: int  # the manager's eviction count when the request first pinned or owned anything
+    junction: int = 0  # where its last match left the cached chain past its hit (0: nowhere)
     released: bool = False  # its release sealed and published the prefix page it stopped in
 
 

@@ -229,20 +229,22 @@ class ManagerMachine(DraftRules, AheadRules, RuleBasedStateMachine):
         assert req.since is not None
         self.committed[req.rid] = Committed(salt=req.salt, tokens=req.tokens[:req.computed].copy(),
                                             start=req.hit_tokens, prompt_tokens=req.prompt_tokens,
-                                            evictions=req.since)
+                                            evictions=req.since, junction=req.junction)
 
     def kept(self, done: Committed, boundary: int) -> bool:
         """Did committing `done` keep a resume point at `boundary` (the manager's documented policy)?
 
-        Points are kept at multiples of `retain_every_blocks` blocks and at the
-        prompt's last block boundary, only where a hit can end (multiples of
-        the prefix pages' LCM without partial-page copy).
+        Points are kept at multiples of `retain_every_blocks` blocks, at the
+        prompt's last block boundary and at its junction (where its last match
+        left the cached chain past the hit), only where a hit can end
+        (multiples of the prefix pages' LCM without partial-page copy).
         """
         if boundary % self.point_step == 0:
             return True
         prompt_end = done.prompt_tokens // self.bt * self.bt
-        return (self.config.retain_prompt_end and boundary == prompt_end
-                and (self.config.allow_partial_page_copy or boundary % self.lcm_tokens == 0))
+        kept = ((self.config.retain_prompt_end and boundary == prompt_end)
+                or (self.config.retain_junction and boundary == done.junction))
+        return kept and (self.config.allow_partial_page_copy or boundary % self.lcm_tokens == 0)
 
     def usable_at(self, done: Committed, boundary: int) -> bool:
         """Can a hit resume at `boundary` (start < boundary <= committed) from what `done` committed alone?
@@ -283,6 +285,7 @@ class ManagerMachine(DraftRules, AheadRules, RuleBasedStateMachine):
 
     def _check_hit(self, req: ModelRequest, hit: Hit) -> None:
         assert hit.request_id == req.rid
+        req.junction = hit.candidate_tokens if hit.candidate_tokens > hit.tokens else 0
         assert hit.tokens % self.bt == 0 and hit.tokens <= hit.candidate_tokens
         assert 0 <= hit.tokens < max(1, len(req.tokens)), f"hit {hit.tokens} of {len(req.tokens)} known tokens"
         low, high = self.hit_bounds(req)
