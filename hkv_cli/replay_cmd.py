@@ -1,6 +1,8 @@
 """`hkv replay`: a Mooncake-format trace through the CacheManager's metadata path; hit rates per capacity.
 
-One capacity (`--capacity-tokens N`, or `inf`) prints one result; `--sweep`
+One capacity (`--capacity-tokens N`, or `inf`; or `--memory-gib G`, a device
+budget in bytes split between KV pages and a hybrid's state snapshots)
+prints one result; `--sweep`
 replays at 1k, 3k, 10k and 30k blocks and unbounded, prints a table and
 writes `replay_sweep.png` (hit rate against capacity, one line per policy;
 needs matplotlib).  docs/replay.md says how hits are counted.
@@ -11,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import attrs
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -20,7 +23,8 @@ from hkv_cli.cluster_out import cluster_configs, cluster_results, print_cluster,
 from hkv_cli.errors import OK, writable_folder
 from hkv_cli.output import console, out, plain, print_json
 from hkv_core.layout import preset_names
-from hkv_core.manager.config_bounds import MAX_REQUEST_TOKENS
+from hkv_core.manager.config import DEFAULT_RETAIN_EVERY_BLOCKS
+from hkv_core.manager.config_bounds import MAX_REQUEST_TOKENS, MAX_RETAIN_EVERY_BLOCKS
 from hkv_core.replay import POLICIES, ReplayConfig, ReplayResult, TraceRequest, read_trace, replay
 from hkv_core.replay.cluster import ROUTERS, ClusterConfig
 from hkv_exec_ref.demo.chart import plotting_available
@@ -58,6 +62,15 @@ def remote_capacity(value: str) -> int:
               help="Eviction policy (repeat the option to compare several).")
 @click.option("--capacity-tokens", default="inf", show_default=True,
               help="Tokens the cache holds per pool (a count, or 'inf' for unbounded).")
+@click.option("--memory-gib", default=None, type=click.FloatRange(min=0.0, min_open=True, max=1 << 20),
+              help="Instead of --capacity-tokens: GiB of device memory for every pool together, split between "
+                   "per-token pages and point snapshots (docs/replay.md).")
+@click.option("--state-share", default=None, type=click.FloatRange(0.0, 1.0, min_open=True, max_open=True),
+              help="With --memory-gib: the part of it for point snapshots (default: the trace's own demand).")
+@click.option("--state-dtype", default=None, type=click.Choice(["float32", "bfloat16", "float16"]),
+              help="Keep a linear layer's recurrent state in this dtype (default: the preset's).")
+@click.option("--retain-every-blocks", default=DEFAULT_RETAIN_EVERY_BLOCKS, show_default=True,
+              type=click.IntRange(1, MAX_RETAIN_EVERY_BLOCKS), help="A resume point every this many blocks.")
 @click.option("--layout", default="llama_full", show_default=True, type=click.Choice(preset_names()),
               help="Preset layout whose manager replays the trace.")
 @click.option("--block-tokens", default=512, show_default=True, type=click.IntRange(1, MAX_REQUEST_TOKENS),
@@ -79,18 +92,25 @@ def remote_capacity(value: str) -> int:
 @click.option("--out", "out_dir", default="out", show_default=True, type=click.Path(file_okay=False),
               help="Folder for the sweep's PNG (replay_sweep.png); created if missing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
-def replay_command(trace: str, policies: tuple[str, ...], capacity_tokens: str, layout: str, block_tokens: int,
-                   host_tokens: int, disk_tokens: int, instances: int | None, routers: tuple[str, ...], remote: str,
-                   sweep: bool, out_dir: str, as_json: bool) -> None:
+def replay_command(trace: str, policies: tuple[str, ...], capacity_tokens: str, memory_gib: float | None,
+                   state_share: float | None, state_dtype: str | None, retain_every_blocks: int, layout: str,
+                   block_tokens: int, host_tokens: int, disk_tokens: int, instances: int | None,
+                   routers: tuple[str, ...], remote: str, sweep: bool, out_dir: str, as_json: bool) -> None:
     """Replay TRACE (Mooncake JSON lines) through the cache manager; print block and token hit rates."""
     if instances is None and remote.strip() != "0":
         raise click.UsageError("--remote-capacity-tokens needs --instances (a remote tier is shared by instances)")
+    if memory_gib is not None and (sweep or capacity(capacity_tokens) is not None):
+        raise click.UsageError("--memory-gib replaces --capacity-tokens and --sweep: give one")
+    if state_share is not None and memory_gib is None:
+        raise click.UsageError("--state-share splits --memory-gib: give it too")
+    base = ReplayConfig(layout=layout, block_tokens=block_tokens, host_tokens=host_tokens, disk_tokens=disk_tokens,
+                        memory_bytes=None if memory_gib is None else int(memory_gib * (1 << 30)),
+                        state_share=state_share, state_dtype=state_dtype, retain_every_blocks=retain_every_blocks)
     if sweep and plotting_available():  # the sweep's chart goes there: an unwritable --out fails before the sweep
         writable_folder("--out", Path(out_dir))
     requests = read_trace(trace, block_tokens)
     if instances is not None:
-        base = ReplayConfig(layout=layout, block_tokens=block_tokens, capacity_tokens=capacity(capacity_tokens),
-                            host_tokens=host_tokens, disk_tokens=disk_tokens)
+        base = attrs.evolve(base, capacity_tokens=capacity(capacity_tokens))
         _cluster(requests, cluster_configs(base, instances, routers, remote_capacity(remote), sweep),
                  Path(out_dir), block_tokens, sweep, as_json)
     capacities = [None if b is None else b * block_tokens for b in SWEEP_BLOCKS] if sweep \
@@ -101,8 +121,7 @@ def replay_command(trace: str, policies: tuple[str, ...], capacity_tokens: str, 
                   console=console, transient=True, disable=as_json) as bar:
         task = bar.add_task("replaying", total=len(runs) * len(requests))
         for n, (policy, cap) in enumerate(runs):
-            config = ReplayConfig(layout=layout, block_tokens=block_tokens, capacity_tokens=cap, policy=policy,
-                                  host_tokens=host_tokens, disk_tokens=disk_tokens)
+            config = attrs.evolve(base, capacity_tokens=cap, policy=policy)
             offset = n * len(requests)
 
             def advance(done: int, base: int = offset) -> None:
@@ -136,12 +155,15 @@ def _print(results: list[ReplayResult], requests: list[TraceRequest], block_toke
            sweep: bool) -> None:
     table = Table(title=f"hkv replay: {len(requests):,} requests, blocks of {block_tokens} tokens")
     tiered = results[0].tiers is not None
-    columns = ["policy", "capacity (blocks)", "block hit rate", "token hit rate", "evicted blocks", "requests / s"]
+    columns = ["policy", "memory (GiB, state share)" if results[0].memory_bytes else "capacity (blocks)",
+               "block hit rate", "token hit rate", "evicted blocks", "requests / s"]
     columns += ["from host / disk (tokens)", "GB loaded host / disk", "load / split / recompute"] if tiered else []
     for column in columns:
         table.add_column(column, justify="left" if column == "policy" else "right")
     for r in results:
         cap = "unbounded" if r.capacity_tokens is None else f"{r.capacity_tokens // block_tokens:,}"
+        if r.memory_bytes:
+            cap = f"{r.device_bytes / (1 << 30):,.2f} ({r.state_share:.3f})"
         table.add_row(plain(r.policy), cap, f"{r.block_hit_rate:.3f}", f"{r.token_hit_rate:.3f}",
                       f"{r.evicted_blocks:,}", f"{r.requests_per_second:,.0f}", *_tier_cells(r))
     out.print(table)

@@ -27,14 +27,18 @@ from numpy.typing import NDArray
 
 from hkv_core.errors import ConfigError, OutOfPages
 from hkv_core.layout import Layout
-from hkv_core.manager import CacheManager, ManagerConfig
+from hkv_core.layout.presets import load_preset_config
+from hkv_core.layout.recurrent import SSM_DTYPE_KEY
+from hkv_core.manager import CacheManager, ManagerConfig, estimate_device_bytes
+from hkv_core.manager.config import DEFAULT_RETAIN_EVERY_BLOCKS
 from hkv_core.manager.index.adaptive import AdaptivePolicy
 from hkv_core.plan import Completion
 from hkv_core.replay.belady import NEVER, BeladyPolicy
+from hkv_core.replay.budget import demand_share, pages_for_budget
 from hkv_core.replay.tiers import TierReplay, TierTotals
 from hkv_core.replay.trace import TraceRequest, check_requests, prompt_of
 
-__all__ = ["POLICIES", "ReplayConfig", "ReplayResult", "manager_for", "next_uses", "replay"]
+__all__ = ["POLICIES", "ReplayConfig", "ReplayResult", "layout_of", "manager_for", "next_uses", "replay"]
 
 POLICIES = ("lru", "belady", "adaptive")  # eviction policies a replay can run (belady: offline, from hints)
 SPARE_PAGES = 16  # beyond the trace's unique blocks, for an "infinite" cache
@@ -43,7 +47,10 @@ SPARE_PAGES = 16  # beyond the trace's unique blocks, for an "infinite" cache
 @attrs.frozen(kw_only=True)
 class ReplayConfig:
     """What to replay on: a preset layout at `block_tokens`, pools holding `capacity_tokens` (None: every
-    block of the trace fits), and an eviction policy."""
+    block of the trace fits) or, instead, `memory_bytes` of device memory split between per-token pages and
+    point snapshots (hkv_core.replay.budget; `state_share` of it to the snapshots, None: the trace's own
+    demand), and an eviction policy.  `state_dtype` keeps a linear layer's recurrent state in that dtype
+    (the layout option hkv.ssm_state_dtype; None: the preset's)."""
 
     layout: str = "llama_full"
     block_tokens: int = 512
@@ -51,8 +58,13 @@ class ReplayConfig:
     policy: str = "lru"
     host_tokens: int = 0  # a host tier below the device (hkv_core.replay.tiers; 0: none)
     disk_tokens: int = 0  # a disk tier below the host (0: none)
+    memory_bytes: int | None = None
+    state_share: float | None = None
+    state_dtype: str | None = None
+    retain_every_blocks: int = DEFAULT_RETAIN_EVERY_BLOCKS  # the manager's periodic resume points
 
     def __attrs_post_init__(self) -> None:
+        self._check_budget()
         if self.policy not in POLICIES:
             raise ConfigError(f"unknown policy {self.policy!r}; the choices: {', '.join(POLICIES)}",
                               source="replay", key="policy")
@@ -65,6 +77,24 @@ class ReplayConfig:
         for key in ("host_tokens", "disk_tokens"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"must be >= 0, got {getattr(self, key)}", source="replay", key=key)
+
+    def _check_budget(self) -> None:
+        if self.memory_bytes is not None:
+            if self.capacity_tokens is not None:
+                raise ConfigError("give capacity_tokens or memory_bytes, not both", source="replay",
+                                  key="memory_bytes")
+            if isinstance(self.memory_bytes, bool) or not isinstance(self.memory_bytes, int) or self.memory_bytes < 1:
+                raise ConfigError(f"must be an integer >= 1, got {self.memory_bytes!r}", source="replay",
+                                  key="memory_bytes")
+        if self.state_share is not None:
+            if self.memory_bytes is None:
+                raise ConfigError("splits memory_bytes: give it too", source="replay", key="state_share")
+            if not 0.0 < self.state_share < 1.0:
+                raise ConfigError(f"must be in (0, 1), got {self.state_share}", source="replay", key="state_share")
+        if isinstance(self.retain_every_blocks, bool) or not isinstance(self.retain_every_blocks, int) \
+                or self.retain_every_blocks < 1:
+            raise ConfigError(f"must be an integer >= 1, got {self.retain_every_blocks!r}", source="replay",
+                              key="retain_every_blocks")
 
 
 @attrs.frozen(kw_only=True)
@@ -83,6 +113,9 @@ class ReplayResult:
     evicted_blocks: int
     uncached_requests: int  # too large for the cache: computed whole, nothing kept
     seconds: float
+    memory_bytes: int | None = None  # the budget asked for (None: capacity_tokens per pool)
+    device_bytes: int = 0  # what the manager's pools take on a device, NULL pages included
+    state_share: float = 0.0  # the part of device_bytes in point snapshots
     tiers: TierTotals | None = None  # with host / disk tiers: tokens and bytes loaded per tier, decisions
     hits: tuple[int, ...] = attrs.field(default=(), repr=False)  # each request's hit tokens, in replay order
 
@@ -107,21 +140,49 @@ class ReplayResult:
         return out
 
 
-def manager_for(requests: Sequence[TraceRequest], config: ReplayConfig, *, kv_events: bool = False) -> CacheManager:
-    """A manager whose every pool holds `capacity_tokens` (or every block of the trace); key seed 0, shared by
-    every instance of a cluster replay."""
-    layout = Layout.from_preset(config.layout, block_tokens=config.block_tokens)
+def layout_of(config: ReplayConfig) -> Layout:
+    """The preset at the replay's block size, its recurrent state in `state_dtype` when one is given."""
+    if config.state_dtype is None:
+        return Layout.from_preset(config.layout, block_tokens=config.block_tokens)
+    raw = load_preset_config(config.layout)
+    raw["hkv"] = {**raw.get("hkv", {}), SSM_DTYPE_KEY: config.state_dtype}
+    return Layout.from_hf_config(raw, name=config.layout, block_tokens=config.block_tokens)
+
+
+def _pool_pages(layout: Layout, requests: Sequence[TraceRequest], config: ReplayConfig) -> dict[str, int]:
+    """Pages per pool: from the memory budget, else `capacity_tokens` per pool (None: every block fits)."""
+    if config.memory_bytes is not None:
+        share = config.state_share
+        if share is None:
+            share = demand_share(layout, requests, config.retain_every_blocks)
+        return pages_for_budget(layout, config.memory_bytes, share)
     capacity = config.capacity_tokens
     if capacity is None:
         unique = len({(i, h) for r in requests for i, h in enumerate(r.hash_ids)})
         capacity = (unique + SPARE_PAGES) * config.block_tokens
-    pages = {spec.name: max(1, capacity // spec.tokens_per_page) for spec in layout.pools}
+    return {spec.name: max(1, capacity // spec.tokens_per_page) for spec in layout.pools}
+
+
+def manager_for(requests: Sequence[TraceRequest], config: ReplayConfig, *, kv_events: bool = False) -> CacheManager:
+    """A manager whose pools hold `capacity_tokens` each, or fit `memory_bytes` (or every block of the trace);
+    key seed 0, shared by every instance of a cluster replay."""
+    layout = layout_of(config)
     longest = max(r.input_length for r in requests)
     belady = config.policy == "belady"  # the offline optimum: a policy of its own, given to the constructor
-    return CacheManager(layout, ManagerConfig(pool_pages=pages, max_requests=1, max_request_tokens=longest,
-                                              key_seed=0, kv_events=kv_events,
-                                              eviction="lru" if belady else config.policy),
-                        eviction_policy=(lambda rows, keys: BeladyPolicy(rows)) if belady else None)
+    pages = _pool_pages(layout, requests, config)
+    snapshot_pages = [pages[spec.name] for spec in layout.pools if spec.snapshot]
+    settings = ManagerConfig(pool_pages=pages, max_requests=1, max_request_tokens=longest, key_seed=0,
+                             max_points=min(snapshot_pages) if snapshot_pages else None, kv_events=kv_events,
+                             retain_every_blocks=config.retain_every_blocks,
+                             eviction="lru" if belady else config.policy)
+    return CacheManager(layout, settings, eviction_policy=(lambda rows, keys: BeladyPolicy(rows)) if belady else None)
+
+
+def _device_split(m: CacheManager) -> tuple[int, float]:
+    """The manager's device bytes and the share of them in point snapshots."""
+    estimate = estimate_device_bytes(m.layout, m.config)
+    snapshots = sum(estimate.pools[spec.name] for spec in m.layout.pools if spec.snapshot)
+    return estimate.total, snapshots / max(1, estimate.total)
 
 
 Hint = Callable[[CacheManager, int], None]  # told before a request's release: the manager, the request id
@@ -205,7 +266,9 @@ def replay(requests: Sequence[TraceRequest], config: ReplayConfig,
             progress(done)
     seconds = time.perf_counter() - began
     prompt, hit_tokens = sum(r.input_length for r in requests), sum(hits)
+    device_bytes, state_share = _device_split(m)
     return ReplayResult(layout=config.layout, policy=config.policy, capacity_tokens=config.capacity_tokens,
+                        memory_bytes=config.memory_bytes, device_bytes=device_bytes, state_share=state_share,
                         requests=len(requests), prompt_tokens=prompt, blocks=sum(len(r.hash_ids) for r in requests),
                         hit_tokens=hit_tokens, hit_blocks=hit_tokens // bt,  # hits end on block boundaries
                         tokens_recomputed=prompt - hit_tokens - loaded, evicted_blocks=m.stats["evicted_blocks"],

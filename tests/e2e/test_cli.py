@@ -156,6 +156,23 @@ def test_replay_json_and_a_malformed_trace(tmp_path: Path) -> None:
     assert hkv("replay", str(trace), "--capacity-tokens", "lots").returncode == 2
 
 
+def test_replay_at_a_memory_budget(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    lines = [{"timestamp": i, "input_length": 81, "output_length": 1,
+              "hash_ids": list(range(100 * (i % 3), 100 * (i % 3) + 21))} for i in range(12)]
+    trace.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    gib = str(40_000 / (1 << 30))  # 1 KB a point, 64 B a token
+    done = hkv("replay", str(trace), "--layout", "tiny_linear", "--block-tokens", "4", "--memory-gib", gib, "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["memory_bytes"] == 40_000 and 0 < out["device_bytes"] <= 40_000 and out["hit_tokens"] > 0
+    small = hkv("replay", str(trace), "--layout", "tiny_linear", "--block-tokens", "4", "--memory-gib", "1e-6",
+                "--json")
+    assert small.returncode == 2 and json.loads(small.stdout)["error"]["fields"]["key"] == "memory_bytes"
+    both = hkv("replay", str(trace), "--memory-gib", "1", "--capacity-tokens", "4096")
+    assert both.returncode == 2 and "give one" in both.stderr
+
+
 
 def test_tables_to_a_pipe_are_complete_not_cut_to_80_columns(tmp_path: Path) -> None:
     """issue 27 (11): piped or redirected, rich cut tables to 80 columns (`11,0…`) and wrapped paths mid-word."""
