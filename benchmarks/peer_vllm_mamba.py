@@ -157,7 +157,8 @@ class VllmMambaEngine:
 
     name = "vllm-mamba-align"
 
-    def __init__(self, layout: Any, memory_bytes: int, max_model_len: int, chunk_tokens: int = CHUNK_TOKENS) -> None:
+    def __init__(self, layout: Any, memory_bytes: int, max_model_len: int, chunk_tokens: int = CHUNK_TOKENS,
+                 prefix_match_tokens: int | None = None) -> None:
         load_vllm()
         import torch
         from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
@@ -176,6 +177,8 @@ class VllmMambaEngine:
         cache.mamba_block_size = bt
         cache.mamba_page_size_padded = bt * _attention_token_bytes(layout, torch)
         cache.kv_cache_layout = "NHD"  # FlashAttention's: layers outermost
+        cache.prefix_match_unit = prefix_match_tokens  # finer hits than a block (vLLM's option; None: blocks)
+        hash_tokens = prefix_match_tokens or bt
         config = VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache)
         groups = get_kv_cache_groups(config, _specs(layout, bt, torch))
         self.kv_config = get_kv_cache_config_from_groups(config, groups, memory_bytes)
@@ -183,10 +186,10 @@ class VllmMambaEngine:
         cache.num_gpu_blocks = self.kv_config.num_blocks
         register_all_kvcache_specs(config)
         self.scheduler = Scheduler(vllm_config=config, kv_cache_config=self.kv_config, block_size=bt,
-                                   hash_block_size=bt, log_stats=False,
+                                   hash_block_size=hash_tokens, log_stats=False,
                                    structured_output_manager=_NoStructuredOutput())
         init_none_hash(sha256)
-        self.hasher = get_request_block_hasher(bt, sha256)
+        self.hasher = get_request_block_hasher(hash_tokens, sha256)
         self.served = 0
 
     @property

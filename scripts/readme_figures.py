@@ -13,7 +13,9 @@ Sources (each records the commit it measured):
   (refused when hkv_core has uncommitted changes) and without the per-request
   hit lists;
 - `benchmarks/results/bench_manager.json`: `benchmarks/bench_manager.py --json-out`;
-- `benchmarks/results/bench_events.json`: `benchmarks/bench_events.py --json-out`.
+- `benchmarks/results/bench_events.json`: `benchmarks/bench_events.py --json-out`;
+- `benchmarks/results/hybrid_replay.json`: `benchmarks/bench_hybrid_replay.py --json-out` (hit rates, not
+  speed: a block of its own, between the hybrid-replay markers).
 
 The README quotes no benchmark figure outside the block this script writes
 (between the two marker lines; the few durations quoted elsewhere - how
@@ -33,8 +35,10 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 README = ROOT / "README.md"
 BEGIN, END = "<!-- figures:begin (scripts/readme_figures.py write) -->", "<!-- figures:end -->"
+HYBRID_BEGIN, HYBRID_END = "<!-- hybrid-replay:begin (scripts/readme_figures.py write) -->", "<!-- hybrid-replay:end -->"
 PEERS_W1W3, PEERS_W2, MANAGER = RESULTS / "peers_w1w3.json", RESULTS / "peers_w2.json", RESULTS / "bench_manager.json"
 EVENTS = RESULTS / "bench_events.json"
+HYBRID = RESULTS / "hybrid_replay.json"
 # The 1M-token prompt's "no slower than before" targets: the peer harness's W2 at 0c572f4 (hkv FULL, V4-Flash), ms.
 BEFORE = {"commit": "0c572f4", "hash_s": (23.6, 20.0), "hit_lookup_s": (5.5, 7.5)}
 W1_PEERS = (("vllm", "vLLM"), ("vllm-xxhash", "vLLM xxhash"), ("sglang", "SGLang RadixCache"),
@@ -165,6 +169,25 @@ def events_table(report: dict[str, Any]) -> list[str]:
             f"{report['requests']:,} requests, median of {report['runs']} interleaved runs): {cells}."]
 
 
+def hybrid_table(report: dict[str, Any]) -> list[str]:
+    """bench_hybrid_replay: token hit rates of hkv and of vLLM's Mamba prefix caching at equal device bytes."""
+    block = report["rows"][0]["vllm"]["block_tokens"]
+    out = [f"`benchmarks/bench_hybrid_replay.py` at commit `{report['commit']}` ({report['layout']}, recurrent "
+           f"state in {report['state_dtype']} on both sides):", "",
+           "| trace | memory | hkv token hit rate | vLLM token hit rate | requests resumed further: hkv / vLLM |",
+           "| --- | ---: | ---: | ---: | ---: |"]
+    for row in report["rows"]:
+        ours, theirs = row["hkv"]["token_hit_rate"], row["vllm"]["token_hit_rate"]
+        cells = [f"**{rate:.3f}**" if rate == max(ours, theirs) else f"{rate:.3f}" for rate in (ours, theirs)]
+        out.append(f"| {row['trace']} ({row['requests']:,} requests) | {row['memory_gib']:g} GiB | {cells[0]} | "
+                   f"{cells[1]} | {row['hkv_further']:,} / {row['vllm_further']:,} |")
+    out += ["", f"Resume granularity: hkv resumes at any block boundary (blocks of 512 tokens here) where it kept a "
+            f"point - every 16 blocks, at each prompt's last block boundary and where a prompt left the cached "
+            f"chain; vLLM resumes at multiples of its {block}-token block where a prefill chunk ended (every "
+            f"chunk of up to 8,192 tokens, the prompt's last block boundary and a shared-prefix junction)."]
+    return out
+
+
 def render() -> str:
     parts: list[list[str]] = []
     for path, table in ((PEERS_W1W3, peers_table), (PEERS_W2, w2_table), (MANAGER, manager_table),
@@ -175,12 +198,20 @@ def render() -> str:
     return f"{BEGIN}\n{body}\n{END}"
 
 
+def render_hybrid() -> str:
+    data = _load(HYBRID)
+    body = "\n".join(hybrid_table(data)) if data is not None else f"(no results stored in `{HYBRID.relative_to(ROOT)}`)"
+    return f"{HYBRID_BEGIN}\n{body}\n{HYBRID_END}"
+
+
 def refreshed(text: str) -> str:
-    """`text` (the README) with its figures block rendered afresh from benchmarks/results/."""
-    start, end = text.find(BEGIN), text.find(END)
-    if start < 0 or end < start:
-        raise SystemExit(f"README.md lacks the figures markers ({BEGIN} ... {END})")
-    return text[:start] + render() + text[end + len(END):]
+    """`text` (the README) with its figures blocks rendered afresh from benchmarks/results/."""
+    for begin, end_mark, block in ((BEGIN, END, render), (HYBRID_BEGIN, HYBRID_END, render_hybrid)):
+        start, end = text.find(begin), text.find(end_mark)
+        if start < 0 or end < start:
+            raise SystemExit(f"README.md lacks the figures markers ({begin} ... {end_mark})")
+        text = text[:start] + block() + text[end + len(end_mark):]
+    return text
 
 
 def main(argv: list[str]) -> int:

@@ -40,3 +40,22 @@ def test_every_stored_result_names_its_commit() -> None:
 
 def _git(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+
+
+def test_an_edited_hybrid_hit_rate_is_caught() -> None:
+    text = (ROOT / "README.md").read_text()
+    start = text.index(figures.HYBRID_BEGIN)
+    edited = text[:start] + text[start:].replace("| 8 GiB |", "| 9 GiB |", 1)
+    assert edited != text and figures.refreshed(edited) != edited
+
+
+def test_the_stored_hybrid_replay_covers_both_traces_with_hkv_at_least_vllm() -> None:
+    """The issue's bar for the stored run: both traces, several budgets, every hkv hit rate >= vLLM's, at equal
+    device bytes (within one block of vLLM's)."""
+    run = json.loads((ROOT / "benchmarks" / "results" / "hybrid_replay.json").read_text())
+    assert {row["trace"] for row in run["rows"]} == {"mooncake", "sessions"}
+    for row in run["rows"]:
+        hkv, vllm = row["hkv"], row["vllm"]
+        assert hkv["token_hit_rate"] >= vllm["token_hit_rate"], row["trace"]
+        assert hkv["device_bytes"] <= row["memory_gib"] * (1 << 30) + 1
+        assert abs(hkv["device_bytes"] - vllm["device_bytes"]) < 64 << 20  # a block or point, not a tier apart
