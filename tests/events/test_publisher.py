@@ -12,7 +12,7 @@ from hkv_core.errors import InvalidArgument  # noqa: E402
 from hkv_core.events import AllBlocksCleared, BlockRemoved, BlockStored, ResumePointStored  # noqa: E402
 from hkv_core.layout import Layout  # noqa: E402
 from hkv_core.manager import CacheManager, ManagerConfig  # noqa: E402
-from hkv_core.plan import Completion  # noqa: E402
+from hkv_core.testing.serving import serve_whole  # noqa: E402
 from hkv_events import (  # noqa: E402
     ZmqEventPublisher,
     decode_batch,
@@ -24,14 +24,7 @@ TOPIC = "kv@instance-0"
 
 
 def served(m: CacheManager, tokens: np.ndarray) -> None:
-    rid = m.add_request(tokens)
-    hit = m.match(rid)
-    m.acquire(rid, hit)
-    alloc = m.allocate(rid, len(tokens) - hit.tokens)
-    if alloc.plan is not None:
-        m.complete(alloc.plan.plan_id, Completion())
-    m.commit(rid, len(tokens) - hit.tokens)
-    m.release(rid)
+    serve_whole(m, tokens)
 
 
 def receive(sub: zmq.Socket[bytes], pub: ZmqEventPublisher, events: list[object]) -> tuple[int, bytes]:

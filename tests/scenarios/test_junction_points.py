@@ -10,7 +10,7 @@ import pytest
 
 from hkv_core.layout import Layout
 from hkv_core.manager import CacheManager, ManagerConfig, check_invariants
-from hkv_core.plan import Completion
+from hkv_core.testing.serving import serve_whole
 
 BLOCK = 8  # tiny_linear's block
 SHARED = 3 * BLOCK  # a "system prompt" of three blocks, no multiple of retain_every_blocks
@@ -23,14 +23,7 @@ def _manager(preset: str, junction: bool) -> CacheManager:
 
 def _serve(m: CacheManager, tokens: np.ndarray) -> tuple[int, int]:
     """One request whole: (its hit, its match's candidate)."""
-    rid = m.add_request(tokens)
-    hit = m.match(rid)
-    m.acquire(rid, hit)
-    alloc = m.allocate(rid, len(tokens) - hit.tokens)
-    if alloc.plan is not None:
-        m.complete(alloc.plan.plan_id, Completion())
-    m.commit(rid, len(tokens) - hit.tokens)
-    m.release(rid)
+    hit = serve_whole(m, tokens)
     return hit.tokens, hit.candidate_tokens
 
 

@@ -26,6 +26,7 @@ import pytest
 from hkv_core.layout import Layout
 from hkv_core.manager import CacheManager, ManagerConfig, OutOfPages, check_invariants
 from hkv_core.plan import Completion
+from hkv_core.testing.serving import serve_whole
 
 POINTS = 48  # interrupt points tried per call, spread over its trace events
 Call = Callable[[CacheManager], object]
@@ -51,14 +52,7 @@ def flash() -> CacheManager:
 
 
 def serve(m: CacheManager, tokens: np.ndarray) -> None:
-    rid = m.add_request(tokens)
-    hit = m.match(rid)
-    m.acquire(rid, hit)
-    alloc = m.allocate(rid, len(tokens) - hit.tokens)
-    if alloc.plan is not None:
-        m.complete(alloc.plan.plan_id, Completion())
-    m.commit(rid, len(tokens) - hit.tokens)
-    m.release(rid)
+    serve_whole(m, tokens)
 
 
 def traced(call: Call, m: CacheManager, at: int | None) -> tuple[int, bool]:
