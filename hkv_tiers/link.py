@@ -157,9 +157,11 @@ class TierLink:
         hold, never past a kept boundary without its point nor into the prompt's last block - and the decision."""
         limit = (prompt_tokens - 1) // self.block * self.block
         keys = manager.block_keys(rid, device_tokens // self.block)
+        held = self.cache.locate([record_name(key, kind) for key in keys for kind in self.kinds])
+        if len(keys) and span_io.BLOCK in self.kinds and held[record_name(keys[0], span_io.BLOCK)] is not None:
+            manager.skip_junction(rid)  # a load brings the points its tier holds: a junction would cut it short
         retained = set(manager.retained_boundaries(rid, device_tokens, limit)) if limit > device_tokens else set()
         candidates, run = [], _Run(device_tokens)
-        held = self.cache.locate([record_name(key, kind) for key in keys for kind in self.kinds])
         for i, key in enumerate(keys):
             hi = device_tokens + (i + 1) * self.block
             block, point = (held[record_name(key, kind)] if kind in self.kinds else "device"

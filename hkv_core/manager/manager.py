@@ -439,6 +439,13 @@ class CacheManager:
         return self._request(rid, "block_keys").keys[start:stop].copy()
 
     @_locked
+    def skip_junction(self, rid: int) -> None:
+        """Keep no resume point at the request's junction (ManagerConfig.retain_junction): for an engine that
+        will load the request's prefix past it from a tier instead of computing through it (a load can bring
+        only the points its tier holds).  Call before allocating; the next uncapped match sets it again."""
+        self._request(rid, "skip_junction").junction_tokens = 0
+
+    @_locked
     def retained_boundaries(self, rid: int, start: int, end: int) -> list[int]:
         """The block boundaries b, start < b <= end, where the request keeps a resume point when it computes
         (or loads) through them: the points whose snapshots an allocation over them asks for.

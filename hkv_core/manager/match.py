@@ -157,7 +157,8 @@ def match(core: Core, req: RequestState, max_tokens: int | None = None) -> Hit:
         code = "PARTIAL_PAGE_COPY" if partial else "LCM_BOUNDARY"
         reasons.append(Reason(layer="whole_block", code=code, detail=f"resume at {tokens} tokens"))
     point = point_of(core, ids)
-    req.junction_tokens = candidate if candidate > tokens else 0  # a cached branch off it: keep a point there
+    if max_tokens is None:  # a capped match says nothing about where the cached chain ends
+        req.junction_tokens = candidate if candidate > tokens else 0  # the chain goes on there: keep a point
     if tokens and (objs is None or blocks * core.block_tokens != candidate):
         objs = hit_objects(core, ids, point)
     pages, versions = pages_of(core, objs) if tokens and objs is not None else ({}, {})

@@ -147,7 +147,8 @@ def snapshot(core: Core) -> tuple[Any, ...]:
 
 
 def _request_snapshot(r: RequestState) -> tuple[Any, ...]:
-    return (r.rid, r.slot, r.computed, r.allocated, r.hit_tokens, r.acquired, r.tokens.tobytes(),
+    return (r.rid, r.slot, r.computed, r.allocated, r.hit_tokens, r.junction_tokens, r.acquired,
+            r.tokens.tobytes(),
             r.chain.view().tobytes(), tuple(t.view().tobytes() for t in r.tables),
             r.pins.objs.tobytes(), r.pins.versions.tobytes(),
             tuple(r.window_floor), tuple(r.pending_points),

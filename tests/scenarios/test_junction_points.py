@@ -54,3 +54,21 @@ def test_a_hit_at_a_kept_point_adds_no_junction() -> None:
     hit, candidate = _serve(m, np.concatenate([first[:4 * BLOCK], _question(4)]))
     assert hit == candidate == 4 * BLOCK
     assert m.core.index.points.live == points + 1  # the second prompt's own end only
+
+
+def test_a_capped_match_leaves_the_junction_and_skip_junction_drops_it() -> None:
+    """An engine that matches again with max_tokens (vLLM's EAGLE path) learns nothing about where the cached
+    chain ends: the junction stays where the uncapped match found it.  `skip_junction` drops it (a tier will
+    load past it).  The manager's snapshot sees the junction, so two managers that differ in it differ."""
+    m = _manager("tiny_linear", True)
+    system = np.arange(SHARED) % 50
+    serve_whole(m, np.concatenate([system, _question(1)]))
+    rid = m.add_request(np.concatenate([system, _question(2)]))
+    before = m.snapshot()
+    assert m.match(rid).candidate_tokens == SHARED
+    assert m.snapshot() != before  # the junction is state
+    assert m.match(rid, max_tokens=2 * BLOCK).tokens == 0
+    end = m.request_tokens(rid)[2]
+    assert SHARED in m.retained_boundaries(rid, 0, end)
+    m.skip_junction(rid)
+    assert SHARED not in m.retained_boundaries(rid, 0, end)

@@ -16,6 +16,7 @@ import pytest
 from tier_workload import Sessions, pages_leaked, tiny
 
 from hkv_core.errors import ConfigError, InvalidArgument, TierError
+from hkv_core.manager import CacheManager
 from hkv_exec_ref.engine import DraftSpec, Engine
 from hkv_tiers import Crash, DiskFaults
 
@@ -162,4 +163,22 @@ def test_speculative_steps_over_tiers_stay_exact(tmp_path: Path) -> None:
             assert engine.matches_recompute(prompt, served) and served.accepted_tokens > 0
         engine.evict("device")
     assert engine.stats.cached_by_tier["host"] + engine.stats.cached_by_tier["disk"] > 0
+    engine.close()
+
+
+@pytest.mark.parametrize("skip", [True, False])
+def test_a_load_runs_past_the_junction_where_the_device_chain_was_cut(tmp_path: Path, skip: bool,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The device keeps the prompt's blocks to 40 but points only to 32 (eviction took the tail); the host holds
+    every block and the points at 48 and 56.  The junction (40, where the device chain ends) is skipped when a
+    tier holds what follows, so the load goes on to 56; a link that kept it would stop there and load nothing."""
+    if not skip:
+        monkeypatch.setattr(CacheManager, "skip_junction", lambda self, rid: None)
+    engine = tiny(tmp_path)
+    prompt = np.arange(60) % 64  # blocks of 8, a point every 16 tokens and at 56
+    first = engine.generate(prompt, 2)
+    assert engine.manager.evict(4) == 4  # the points at 56 and 48 and the blocks ending at 56 and 48
+    again = engine.generate(prompt, 2)
+    assert again.cached_by_tier == {"device": 32, "host": 24 if skip else 0, "disk": 0, "remote": 0}
+    assert again.same_outputs(first) and engine.matches_recompute(prompt, again)
     engine.close()
