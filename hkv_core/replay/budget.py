@@ -1,7 +1,7 @@
 """A replay's device memory as one budget in bytes, split into the pages of the layout's pools.
 
 A hybrid's cache holds two kinds of thing.  Per-token pages (KV, indexer
-keys, compressed entries, window rows) grow with the tokens cached.  Point
+keys, compressed entries) grow with the tokens cached.  Point
 snapshots (a linear layer's recurrent state, a compressor's tail) take one
 page in each snapshot pool per retained resume point, whatever its length:
 tens of MB a point for Qwen3-Next.  A capacity in tokens per pool says
@@ -16,7 +16,9 @@ its snapshots would take on the trace, every distinct complete block and
 every distinct retained point of the trace counted once (the manager's
 retention rule: a point every `retain_every_blocks` blocks, at each
 prompt's last block boundary and where it leaves the blocks cached
-before).  docs/replay.md has the rule and its reasons.
+before).  docs/replay.md has the rule and its reasons.  Layouts with
+sliding-window pools are refused: a window page is held per kept point and
+per request, not per token, which this split does not model.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hkv_core.errors import ConfigError
-from hkv_core.layout import Layout, PoolSpec
+from hkv_core.layout import Layout, ObjectKind, PoolSpec
 from hkv_core.replay.trace import TraceRequest
 
 __all__ = ["demand_share", "pages_for_budget", "point_bytes", "token_bytes"]
@@ -47,7 +49,12 @@ def token_bytes(layout: Layout) -> float:
 
 def pages_for_budget(layout: Layout, memory_bytes: int, state_share: float) -> dict[str, int]:
     """Pages per pool whose device bytes, NULL pages included, stay within `memory_bytes`.  ConfigError when the
-    budget cannot hold one page of every per-token pool and one point."""
+    budget cannot hold one page of every per-token pool and one point, or the layout has window pools."""
+    windows = [spec.name for spec in layout.pools if spec.object_kind is ObjectKind.SWA_WINDOW]
+    if windows:
+        raise ConfigError(f"{layout.name}: window pools ({', '.join(windows)}) are held per point and per request, "
+                          "which a memory budget does not model yet; give capacity_tokens", source="replay",
+                          key="memory_bytes")
     nulls = sum(_pool_bytes(spec) for spec in layout.pools)
     usable = memory_bytes - nulls
     per_point = point_bytes(layout)

@@ -60,6 +60,12 @@ def test_a_budget_that_holds_nothing_of_a_pool_is_refused_by_name(memory: int, s
     assert info.value.key == "memory_bytes" and short in info.value.reason
 
 
+def test_a_layout_with_window_pools_is_refused() -> None:
+    with pytest.raises(ConfigError) as info:
+        pages_for_budget(Layout.from_preset("gemma3_12b", block_tokens=512), 64 * GIB, 0.2)
+    assert info.value.key == "memory_bytes" and "window" in info.value.reason
+
+
 def test_demand_share_counts_distinct_blocks_and_points_by_hand() -> None:
     layout = Layout.from_preset("tiny_linear", block_tokens=4)
     trace = [TraceRequest(timestamp=0, input_length=12, output_length=1, hash_ids=(1, 2, 3)),
