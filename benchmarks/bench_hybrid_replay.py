@@ -18,11 +18,17 @@ whole, in timestamp order, by:
   memory budget (hkv_core/replay/budget.py), LRU;
 - vLLM: its Scheduler and KVCacheManager with `mamba_cache_mode="align"`
   over the same layers, the same bytes per token and per state, the budget
-  turned into blocks by vLLM's own planner (benchmarks/peer_vllm_mamba.py).
+  turned into blocks by vLLM's own planner (benchmarks/peer_vllm_mamba.py),
+  in the two set-ups vLLM picks for the model: with the Triton (FLA) GDN
+  prefill kernel (544-token blocks; a state kept where a prefill chunk ends)
+  and, as on an H100 / H200, with FlashInfer's GDN prefill kernel (576-token
+  blocks; states taken from inside a prefill, so the chunks are not cut).
 
 Both see the same token ids (the trace's blocks of 512 tokens, made into
 tokens by `hkv_core.replay.trace.prompt_of`).  A request that cannot fit
-even an emptied cache counts as a miss for either.  Printed per trace and
+even an emptied cache is counted as uncached on either side (vLLM's then
+hits 0, hkv's keeps the hit it computed the rest after); none of the stored
+run was.  Printed per trace and
 budget: each engine's token hit rate, the requests where one resumed
 further than the other, and each engine's device bytes.
 """
@@ -43,6 +49,7 @@ MOONCAKE = ROOT.parent / "shared" / "traces" / "mooncake_synthetic_trace.jsonl"
 TRACE_BLOCK = 512  # tokens per hash id in both traces
 GIB = 1 << 30
 BUDGETS_GIB = (8.0, 32.0, 128.0, 1024.0)
+VLLM_SETUPS = {"vllm": False, "vllm_hopper": True}  # FlashInfer's GDN checkpoints off / on
 
 
 def traces(limit: int | None) -> dict[str, list[Any]]:
@@ -69,13 +76,14 @@ def run_hkv(requests: list[Any], config: Any) -> dict[str, Any]:
             "seconds": round(time.perf_counter() - began, 1)}
 
 
-def run_vllm(requests: list[Any], layout: Any, memory_bytes: int) -> dict[str, Any]:
+def run_vllm(requests: list[Any], layout: Any, memory_bytes: int, checkpoints: bool) -> dict[str, Any]:
     from peer_vllm_mamba import VllmMambaEngine
 
     from hkv_core.replay.trace import prompt_of
 
     began = time.perf_counter()
-    engine = VllmMambaEngine(layout, memory_bytes, max(r.input_length for r in requests) + 1)
+    engine = VllmMambaEngine(layout, memory_bytes, max(r.input_length for r in requests) + 1,
+                             checkpoints=checkpoints)
     hits, uncached = [], 0
     for done, request in enumerate(requests, 1):
         hit = engine.serve(prompt_of(request, TRACE_BLOCK).tolist())
@@ -115,18 +123,20 @@ def main(argv: list[str] | None = None) -> int:
             config = ReplayConfig(layout=args.layout, block_tokens=TRACE_BLOCK, memory_bytes=int(gib * GIB),
                                   state_dtype=args.state_dtype)
             print(f"{name}, {gib:g} GiB ...", file=sys.stderr, flush=True)
-            hkv, vllm = run_hkv(requests, config), run_vllm(requests, layout_of(config), int(gib * GIB))
-            row = {"trace": name, "requests": len(requests), "memory_gib": gib, "hkv": hkv, "vllm": vllm,
-                   **compare(hkv, vllm)}
+            hkv = run_hkv(requests, config)
+            row: dict[str, Any] = {"trace": name, "requests": len(requests), "memory_gib": gib, "hkv": hkv}
+            for side, checkpoints in VLLM_SETUPS.items():
+                vllm = row[side] = run_vllm(requests, layout_of(config), int(gib * GIB), checkpoints)
+                row[f"{side}_compared"] = compared = compare(hkv, vllm)
+                print(f"{name:9} {gib:7g} GiB  hkv {hkv['token_hit_rate']:.4f}  {side} {vllm['token_hit_rate']:.4f} "
+                      f"(further: hkv {compared['hkv_further']:,}, {side} {compared['vllm_further']:,} requests; "
+                      f"uncached {hkv['uncached_requests']} / {vllm['uncached_requests']}; "
+                      f"{hkv['device_bytes'] / GIB:.2f} / {vllm['device_bytes'] / GIB:.2f} GiB; "
+                      f"{hkv['seconds']} / {vllm['seconds']} s)", flush=True)
             rows.append(row)
-            print(f"{name:9} {gib:7g} GiB  hkv {hkv['token_hit_rate']:.4f}  vllm {vllm['token_hit_rate']:.4f}  "
-                  f"(hkv further on {row['hkv_further']:,}, vllm on {row['vllm_further']:,} requests; "
-                  f"uncached {hkv['uncached_requests']} / {vllm['uncached_requests']}; "
-                  f"{hkv['device_bytes'] / GIB:.2f} / {vllm['device_bytes'] / GIB:.2f} GiB; "
-                  f"{hkv['seconds']} / {vllm['seconds']} s)", flush=True)
     if args.json_out:
         for row in rows:
-            for side in ("hkv", "vllm"):
+            for side in ("hkv", *VLLM_SETUPS):
                 del row[side]["hits"]
         args.json_out.write_text(json.dumps({"commit": commit, "layout": args.layout, "state_dtype": args.state_dtype,
                                              "rows": rows}, indent=1) + "\n")

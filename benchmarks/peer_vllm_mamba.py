@@ -43,6 +43,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNEL_BLOCK_TOKENS = 16  # the attention kernels' block (FlashAttention's multiple of 16)
+FLASHINFER_GDN_ALIGNMENT = 64  # FlashInfer's GDN prefill emits states on this grid (vLLM's gdn_attn.py)
 CHUNK_TOKENS = 8192  # vLLM's max_num_batched_tokens for an online server on an H100 / H200
 TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp8": "float8_e4m3fn"}
 
@@ -100,8 +101,10 @@ def load_vllm() -> None:
     import vllm.v1.core.sched.scheduler  # noqa: F401
 
 
-def _specs(layout: Any, block_tokens: int, torch: Any) -> dict[str, Any]:
-    """vLLM's spec of every layer of an hkv hybrid layout (its full-attention and linear groups)."""
+def _specs(layout: Any, block_tokens: int, torch: Any, checkpoints: bool) -> dict[str, Any]:
+    """vLLM's spec of every layer of an hkv hybrid layout (its full-attention and linear groups); `checkpoints`:
+    the linear layers export states from inside a prefill (FlashInfer's GDN kernel, as its layer then declares:
+    one checkpoint block, on the block grid)."""
     from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
 
     specs: dict[str, Any] = {}
@@ -112,8 +115,10 @@ def _specs(layout: Any, block_tokens: int, torch: Any) -> dict[str, Any]:
             dtypes = tuple(getattr(torch, TORCH_DTYPES[d]) for d in (state.conv_dtype, state.ssm_dtype))
             page = block_tokens * _attention_token_bytes(layout, torch)
             for i in group.layer_ids:
-                specs[f"layers.{i}.linear_attn"] = MambaSpec(shapes=shapes, dtypes=dtypes, block_size=block_tokens,
-                                                             page_size_padded=page, mamba_cache_mode="align")
+                specs[f"layers.{i}.linear_attn"] = MambaSpec(
+                    shapes=shapes, dtypes=dtypes, block_size=block_tokens, page_size_padded=page,
+                    mamba_cache_mode="align", num_prefill_checkpoint_blocks=int(checkpoints),
+                    prefill_checkpoint_alignment=block_tokens if checkpoints else None)
         else:
             kv, heads, dim = _attention_shape(layout, group.name)
             for i in group.layer_ids:
@@ -138,8 +143,9 @@ def _attention_token_bytes(layout: Any, torch: Any) -> int:
     return int(FullAttentionSpec(block_size=1, num_kv_heads=heads, head_size=dim, dtype=kv(torch)).page_size_bytes)
 
 
-def vllm_block_tokens(layout: Any) -> int:
-    """The attention block vLLM picks so one attention page holds one layer's state (its own rule)."""
+def vllm_block_tokens(layout: Any, checkpoints: bool = False) -> int:
+    """The attention block vLLM picks so one attention page holds one layer's state (its own rule), on the
+    kernel block's grid, and with FlashInfer's GDN checkpoints on theirs too."""
     import torch
     from vllm.v1.kv_cache_interface import MambaSpec
 
@@ -147,7 +153,7 @@ def vllm_block_tokens(layout: Any) -> int:
     dtypes = tuple(getattr(torch, TORCH_DTYPES[d]) for d in (state.conv_dtype, state.ssm_dtype))
     mamba_page = MambaSpec(shapes=(tuple(state.conv_shape), tuple(state.ssm_shape)), dtypes=dtypes,
                            block_size=-1).page_size_bytes
-    align = KERNEL_BLOCK_TOKENS
+    align = math.lcm(KERNEL_BLOCK_TOKENS, FLASHINFER_GDN_ALIGNMENT) if checkpoints else KERNEL_BLOCK_TOKENS
     return align * math.ceil(mamba_page / (align * _attention_token_bytes(layout, torch)))
 
 
@@ -158,7 +164,7 @@ class VllmMambaEngine:
     name = "vllm-mamba-align"
 
     def __init__(self, layout: Any, memory_bytes: int, max_model_len: int, chunk_tokens: int = CHUNK_TOKENS,
-                 prefix_match_tokens: int | None = None) -> None:
+                 prefix_match_tokens: int | None = None, checkpoints: bool = False) -> None:
         load_vllm()
         import torch
         from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
@@ -168,7 +174,8 @@ class VllmMambaEngine:
         from vllm.v1.core.sched.scheduler import Scheduler
         from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
 
-        self.block_tokens = bt = vllm_block_tokens(layout)
+        self.block_tokens = bt = vllm_block_tokens(layout, checkpoints)
+        self.checkpoints = checkpoints
         model = ModelConfig(model="facebook/opt-125m", dtype="bfloat16", seed=0, skip_tokenizer_init=True,
                             max_model_len=max_model_len)
         sched = SchedulerConfig(max_num_seqs=16, max_num_batched_tokens=chunk_tokens, max_model_len=max_model_len,
@@ -180,7 +187,7 @@ class VllmMambaEngine:
         cache.prefix_match_unit = prefix_match_tokens  # finer hits than a block (vLLM's option; None: blocks)
         hash_tokens = prefix_match_tokens or bt
         config = VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache)
-        groups = get_kv_cache_groups(config, _specs(layout, bt, torch))
+        groups = get_kv_cache_groups(config, _specs(layout, bt, torch, checkpoints))
         self.kv_config = get_kv_cache_config_from_groups(config, groups, memory_bytes)
         self.groups = [(type(g.kv_cache_spec).__name__, len(g.layer_names)) for g in groups]
         cache.num_gpu_blocks = self.kv_config.num_blocks
@@ -214,8 +221,9 @@ class VllmMambaEngine:
             if not out.num_scheduled_tokens:  # nothing fits, even with the cache emptied
                 s.finish_requests(request.request_id, RequestStatus.FINISHED_ABORTED)
                 return None
-            for new in out.scheduled_new_reqs:
-                hit = new.num_computed_tokens
+            for new in out.scheduled_new_reqs:  # its first scheduling: what the prefill resumed from
+                if hit is None:
+                    hit = new.num_computed_tokens
             ids = sorted(out.num_scheduled_tokens)
             sampled = [[] if s.requests[i].is_prefill_chunk else [1] for i in ids]
             s.update_from_output(out, ModelRunnerOutput(req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
