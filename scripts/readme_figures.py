@@ -171,21 +171,29 @@ def events_table(report: dict[str, Any]) -> list[str]:
 
 
 def hybrid_table(report: dict[str, Any]) -> list[str]:
-    """bench_hybrid_replay: token hit rates of hkv and of vLLM's Mamba prefix caching at equal device bytes."""
-    block = report["rows"][0]["vllm"]["block_tokens"]
+    """bench_hybrid_replay: token hit rates of hkv and of vLLM's Mamba prefix caching (both of vLLM's set-ups for
+    the model) at equal device bytes."""
+    first = report["rows"][0]
+    blocks = first["vllm"]["block_tokens"], first["vllm_hopper"]["block_tokens"]
     out = [f"`benchmarks/bench_hybrid_replay.py` at commit `{report['commit']}` ({report['layout']}, recurrent "
-           f"state in {report['state_dtype']} on both sides):", "",
-           "| trace | memory | hkv token hit rate | vLLM token hit rate | requests resumed further: hkv / vLLM |",
-           "| --- | ---: | ---: | ---: | ---: |"]
+           f"state in {report['state_dtype']} on every side); token hit rate, the highest in bold, and the requests "
+           "that resumed further with hkv / with that vLLM:", "",
+           f"| trace | memory | hkv | vLLM, Triton GDN (block {blocks[0]}) | vLLM, FlashInfer GDN as on H100 / H200 "
+           f"(block {blocks[1]}) |", "| --- | ---: | ---: | ---: | ---: |"]
     for row in report["rows"]:
-        ours, theirs = row["hkv"]["token_hit_rate"], row["vllm"]["token_hit_rate"]
-        cells = [f"**{rate:.3f}**" if rate == max(ours, theirs) else f"{rate:.3f}" for rate in (ours, theirs)]
-        out.append(f"| {row['trace']} ({row['requests']:,} requests) | {row['memory_gib']:g} GiB | {cells[0]} | "
-                   f"{cells[1]} | {row['hkv_further']:,} / {row['vllm_further']:,} |")
-    out += ["", f"Resume granularity: hkv resumes at any block boundary (blocks of 512 tokens here) where it kept a "
-            f"point - every 16 blocks, at each prompt's last block boundary and where a prompt left the cached "
-            f"chain; vLLM resumes at multiples of its {block}-token block where a prefill chunk ended (every "
-            f"chunk of up to 8,192 tokens, the prompt's last block boundary and a shared-prefix junction)."]
+        rates = [row[side]["token_hit_rate"] for side in ("hkv", "vllm", "vllm_hopper")]
+        cells = [f"**{rate:.3f}**" if rate == max(rates) else f"{rate:.3f}" for rate in rates]
+        for i, side in ((1, "vllm"), (2, "vllm_hopper")):
+            compared = row[f"{side}_compared"]
+            cells[i] += f" ({compared['hkv_further']:,} / {compared['vllm_further']:,})"
+        out.append(f"| {row['trace']} ({row['requests']:,} requests) | {row['memory_gib']:g} GiB | "
+                   + " | ".join(cells) + " |")
+    out += ["", "Resume granularity: hkv resumes at any block boundary (blocks of 512 tokens here) where it kept a "
+            "point - every 16 blocks, at each prompt's last block boundary and where a prompt left the cached "
+            f"chain; vLLM at multiples of its block ({blocks[0]} or {blocks[1]} tokens) where it kept a state - "
+            "where a prefill chunk of up to 8,192 tokens ended (Triton) or at a checkpoint the kernel exported "
+            "from inside the prefill (FlashInfer), at the prompt's last block boundary and at a shared-prefix "
+            "junction."]
     return out
 
 

@@ -45,7 +45,7 @@ def _git(*args: str) -> subprocess.CompletedProcess[str]:
 def test_an_edited_hybrid_hit_rate_is_caught() -> None:
     text = (ROOT / "README.md").read_text()
     start = text.index(figures.HYBRID_BEGIN)
-    edited = text[:start] + text[start:].replace("| 8 GiB |", "| 9 GiB |", 1)
+    edited = text[:start] + text[start:].replace(" GiB |", " GB |", 1)
     assert edited != text and figures.refreshed(edited) != edited
 
 
@@ -55,7 +55,9 @@ def test_the_stored_hybrid_replay_covers_both_traces_with_hkv_at_least_vllm() ->
     run = json.loads((ROOT / "benchmarks" / "results" / "hybrid_replay.json").read_text())
     assert {row["trace"] for row in run["rows"]} == {"mooncake", "sessions"}
     for row in run["rows"]:
-        hkv, vllm = row["hkv"], row["vllm"]
-        assert hkv["token_hit_rate"] >= vllm["token_hit_rate"], row["trace"]
+        hkv = row["hkv"]
         assert hkv["device_bytes"] <= row["memory_gib"] * (1 << 30) + 1
-        assert abs(hkv["device_bytes"] - vllm["device_bytes"]) < 64 << 20  # a block or point, not a tier apart
+        for side in ("vllm", "vllm_hopper"):  # vLLM's two set-ups for the model
+            vllm = row[side]
+            assert hkv["token_hit_rate"] >= vllm["token_hit_rate"], (row["trace"], side)
+            assert abs(hkv["device_bytes"] - vllm["device_bytes"]) < 64 << 20  # a block or point apart, no more
