@@ -120,27 +120,28 @@ def _specs(layout: Any, block_tokens: int, torch: Any, checkpoints: bool) -> dic
                     mamba_cache_mode="align", num_prefill_checkpoint_blocks=int(checkpoints),
                     prefill_checkpoint_alignment=block_tokens if checkpoints else None)
         else:
-            kv, heads, dim = _attention_shape(layout, group.name)
+            dtype, heads, dim = _attention_shape(layout, group.name)
             for i in group.layer_ids:
                 specs[f"layers.{i}.self_attn"] = FullAttentionSpec(block_size=block_tokens, num_kv_heads=heads,
-                                                                   head_size=dim, dtype=kv(torch))
+                                                                   head_size=dim, dtype=getattr(torch, dtype))
     return dict(sorted(specs.items(), key=lambda item: int(item[0].split(".")[1])))
 
 
-def _attention_shape(layout: Any, group: str) -> tuple[Any, int, int]:
-    """(torch dtype getter, KV heads, head size) of a full-attention group's pool (entries of [2, heads, dim])."""
+def _attention_shape(layout: Any, group: str) -> tuple[str, int, int]:
+    """(torch dtype name, KV heads, head size) of a full-attention group's pool (entries of [2, heads, dim])."""
     (pool,) = [p for p in layout.pools if p.group_name == group]
     pair, heads, dim = pool.entry_shape
     assert pair == 2, pool  # K and V rows
-    return (lambda torch: getattr(torch, TORCH_DTYPES[pool.dtype])), heads, dim
+    return TORCH_DTYPES[pool.dtype], heads, dim
 
 
 def _attention_token_bytes(layout: Any, torch: Any) -> int:
     from vllm.v1.kv_cache_interface import FullAttentionSpec
 
     (group,) = [g for g in layout.groups if g.state is None]
-    kv, heads, dim = _attention_shape(layout, group.name)
-    return int(FullAttentionSpec(block_size=1, num_kv_heads=heads, head_size=dim, dtype=kv(torch)).page_size_bytes)
+    dtype, heads, dim = _attention_shape(layout, group.name)
+    spec = FullAttentionSpec(block_size=1, num_kv_heads=heads, head_size=dim, dtype=getattr(torch, dtype))
+    return int(spec.page_size_bytes)
 
 
 def vllm_block_tokens(layout: Any, checkpoints: bool = False) -> int:

@@ -44,7 +44,7 @@ def point_bytes(layout: Layout) -> int:
 
 def token_bytes(layout: Layout) -> float:
     """Device bytes the per-token pools take per cached token, over all their layers."""
-    return sum(_pool_bytes(spec) / spec.tokens_per_page for spec in layout.pools if not spec.snapshot)
+    return sum(spec.bytes_per_token for spec in layout.pools if not spec.snapshot)
 
 
 def pages_for_budget(layout: Layout, memory_bytes: int, state_share: float) -> dict[str, int]:
