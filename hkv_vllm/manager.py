@@ -35,7 +35,8 @@ import logging
 import math
 from typing import Any
 
-from hkv_core.errors import InvalidArgument, InvalidRequestState, OutOfPages, StaleLease
+from hkv_core.block_keys import TOKEN_ID_LIMIT
+from hkv_core.errors import InvalidArgument, InvalidRequestState, InvalidTokens, OutOfPages, StaleLease
 from hkv_core.manager import CacheManager, Hit, ManagerConfig
 from hkv_vllm.copies import FINE_HIT_TOKENS, BlockCopies
 from hkv_vllm.errors import UnsupportedVllmConfig
@@ -129,6 +130,8 @@ class HkvKVCacheManager:
 
     def get_computed_blocks(self, request: Any) -> tuple[Any, int, int]:
         """The hit hkv validated for the request: its blocks, its tokens, and 0 (no lagging group)."""
+        if not request.num_tokens:  # an empty prompt (vLLM's front ends refuse it): no hit, nothing registered
+            return self.empty_kv_cache_blocks, 0, 0
         entry = self._entry(request)
         if entry.acquired or not self.prefix_cache_lookup_enabled(request):
             return self.empty_kv_cache_blocks, 0, 0
@@ -165,6 +168,8 @@ class HkvKVCacheManager:
             raise ValueError("num_new_tokens must be greater than 0 when there are no computed tokens to adopt")
         if num_encoder_tokens:
             raise UnsupportedVllmConfig(feature="encoder_tokens", detail="cross-attention (encoder) tokens")
+        if not request.num_tokens:  # an empty prompt: hkv has no request without a token (nothing changed)
+            return None
         entry = self._entry(request)
         computed = request.num_computed_tokens + num_new_computed_tokens + num_external_computed_tokens
         target = min(computed + num_new_tokens + num_lookahead_tokens, self.max_model_len)
@@ -389,7 +394,8 @@ class HkvKVCacheManager:
         return []  # attention blocks are written before they are read, each in its group's dtype: none needs zeroing
 
     def record_blocks_for_zeroing(self, request_id: str, start_token: int) -> None:
-        raise UnsupportedVllmConfig(feature="record_blocks_for_zeroing", detail="failed KV connector loads")
+        """Nothing to zero (vLLM asks after a failed load on a mixed-precision cache): as for new blocks
+        (`take_new_block_ids`), each block id stays in its group's dtype."""
 
     def take_kv_cache_block_copies(self) -> tuple[list[Any], list[Any]]:
         """The copies of fine hits' partial blocks queued since the last call, and the blocks they hold (vLLM
@@ -410,9 +416,18 @@ class HkvKVCacheManager:
     def _entry(self, request: Any) -> Entry:
         entry = self.entries.get(request.request_id)
         if entry is None:
+            # at most hkv's max_request_tokens (max_model_len + 1): vLLM never computes past max_model_len, even
+            # for a longer prompt (its front ends refuse one; its scheduler takes it and stops there)
             tokens = list(request.all_token_ids)
+            del tokens[self.hkv.config.max_request_tokens:]
             salt, lora, mm = request_keys(request)
-            rid = self.hkv.add_request(tokens, cache_salt=salt, lora_id=lora, mm_keys=mm)
+            try:
+                rid = self.hkv.add_request(tokens, cache_salt=salt, lora_id=lora, mm_keys=mm)
+            except InvalidTokens:  # ids outside hkv's [0, 2**31), e.g. -1 placeholders: vLLM hashes any int
+                items = _out_of_range_items(tokens)
+                if not items:
+                    raise
+                rid = self.hkv.add_request(tokens, cache_salt=salt, lora_id=lora, mm_keys=mm + items)
             entry = self.entries[request.request_id] = Entry(req_id=request.request_id, rid=rid,
                                                                 known=len(tokens), groups=len(self.groups))
         return entry
@@ -421,10 +436,17 @@ class HkvKVCacheManager:
         """Give hkv the request's written tokens it lacks (decode outputs).  Only written ones: vLLM may still
         replace a token past them (a streaming session drops its last sampled token for the next input)."""
         tokens = request.all_token_ids
-        upto = min(len(tokens), _written(request))
+        upto = min(len(tokens), _written(request), self.hkv.config.max_request_tokens)
         if upto > entry.known:
-            self.hkv.append_tokens(entry.rid, list(tokens[entry.known:upto]))
-            entry.known = upto
+            more = list(tokens[entry.known:upto])
+            try:
+                self.hkv.append_tokens(entry.rid, more)
+            except InvalidTokens:  # an id outside [0, 2**31): hkv knows the tokens before it only, the rest are
+                # slots reserved ahead (served, never cached); the next call stops at the same token
+                more = more[:next((i for i, t in enumerate(more) if not 0 <= t < TOKEN_ID_LIMIT), len(more))]
+                if more:
+                    self.hkv.append_tokens(entry.rid, more)
+            entry.known += len(more)
 
     def _commit_to(self, entry: Entry, num_computed_tokens: int) -> None:
         """Commit the tokens vLLM reports computed and hkv knows.  hkv's allocation runs to a block's end or
@@ -480,6 +502,18 @@ class HkvKVCacheManager:
             self.copies.cancel(entry.rid)
         self.hkv.release(entry.rid)  # when it raises, the blocks stay counted and the entry stays
         self.blocks.drop(entry)
+
+
+def _out_of_range_items(tokens: list[int]) -> tuple[tuple[int, bytes], ...]:
+    """Set each id outside hkv's [0, 2**31) to 0 in `tokens` and key it as an item at its offset (hkv mixes an
+    item into its block's key and every later one), so hkv's keys tell the ids apart as vLLM's hashes do.  The
+    item's bytes start with 0xff, which no UTF-8 text holds, so no multimodal identifier equals one."""
+    items = []
+    for i, t in enumerate(tokens):
+        if not 0 <= t < TOKEN_ID_LIMIT:
+            items.append((i, b"\xfftoken " + str(t).encode()))
+            tokens[i] = 0
+    return tuple(items)
 
 
 def _written(request: Any) -> int:
