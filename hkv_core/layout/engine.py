@@ -8,10 +8,11 @@ one geometry share one hkv layer group (and so one pool), groups that differ
 get their own.  A page is one engine block: `tokens_per_page` tokens.
 
 hkv's block (`block_tokens`, the unit it keys and commits) must divide every
-page; a window group's page must be exactly one block (hkv drops a window's
-pages one block at a time).  A full-attention page of several blocks is
-served like any multi-block page: hits land where every pool's page ends
-unless the manager allows partial-page copies.
+page.  A page of several blocks is served whole: a full-attention page like
+any multi-block prefix page (hits land where every pool's page ends unless
+the manager allows partial-page copies), a window page kept while any of its
+rows is inside the window of a kept resume point or a running request (a
+resume point lies on a boundary of every window page).
 """
 
 from __future__ import annotations
@@ -54,20 +55,24 @@ class EngineGroup:
 
 
 def engine_layout(groups: Sequence[EngineGroup], *, name: str, block_tokens: int, alignment_bytes: int,
-                  source: str) -> tuple[Layout, tuple[str, ...]]:
+                  source: str, pool_per_group: bool = False) -> tuple[Layout, tuple[str, ...]]:
     """The layout of an engine's cache groups, and the hkv pool of each group (ConfigError, naming the group's
-    index as its key, for a group hkv cannot hold)."""
+    index as its key, for a group hkv cannot hold).  Groups of one geometry share a pool, unless
+    `pool_per_group` (an engine whose groups draw blocks from one shared space, each block one group's: every
+    group its own pool, so that an hkv page is one engine block)."""
     if not isinstance(groups, Sequence) or not 1 <= len(groups) <= LAYERS_MAX:
         raise ConfigError(f"must list 1 to {LAYERS_MAX} engine groups", source=source, key="groups")
     _check_count(block_tokens, "block_tokens", BLOCK_TOKENS_MAX, source)
     _check_count(alignment_bytes, "alignment_bytes", ALIGNMENT_BYTES_MAX, source)
     for i, group in enumerate(groups):
         _check_group(i, group, block_tokens, source)
-    distinct = list(dict.fromkeys(g.geometry for g in groups))
-    members = {geo: tuple(i for i, g in enumerate(groups) if g.geometry == geo) for geo in distinct}
-    names = _group_names(distinct)
-    layer_groups = tuple(_layer_group(names[geo], geo, members[geo]) for geo in distinct)
-    pools = tuple(_pool(lg, geo, alignment_bytes, source) for lg, geo in zip(layer_groups, distinct, strict=True))
+    keys = [(g.geometry, i if pool_per_group else 0) for i, g in enumerate(groups)]
+    distinct = list(dict.fromkeys(keys))
+    members = {key: tuple(i for i, k in enumerate(keys) if k == key) for key in distinct}
+    names = _group_names([key[0] for key in distinct])
+    layer_groups = tuple(_layer_group(names[n], key[0], members[key]) for n, key in enumerate(distinct))
+    pools = tuple(_pool(lg, key[0], alignment_bytes, source)
+                  for lg, key in zip(layer_groups, distinct, strict=True))
     first = groups[0]
     layout = Layout(
         name=name, source=source, model_type=ENGINE_MODEL_TYPE, family="standard", main_layers=len(groups),
@@ -76,8 +81,8 @@ def engine_layout(groups: Sequence[EngineGroup], *, name: str, block_tokens: int
         kv_dtype=first.kv_dtype, window_tokens=max(g.window_tokens for g in groups), block_tokens=block_tokens,
         alignment_bytes=alignment_bytes, groups=layer_groups, mtp_groups=(), pools=pools, mtp_pools=(),
     )
-    pool_of = {geo: pool.name for geo, pool in zip(distinct, pools, strict=True)}
-    return layout, tuple(pool_of[g.geometry] for g in groups)
+    pool_of = {key: pool.name for key, pool in zip(distinct, pools, strict=True)}
+    return layout, tuple(pool_of[key] for key in keys)
 
 
 def _check_count(value: object, key: str, maximum: int, source: str) -> None:
@@ -102,18 +107,15 @@ def _check_group(i: int, group: object, block_tokens: int, source: str) -> None:
     if group.tokens_per_page % block_tokens:
         raise ConfigError(f"a page of {group.tokens_per_page} tokens is not a whole number of hkv blocks of "
                           f"{block_tokens} tokens", source=source, key=key)
-    if window and group.tokens_per_page != block_tokens:
-        raise ConfigError(f"a sliding window's page must be one hkv block ({block_tokens} tokens), not "
-                          f"{group.tokens_per_page} tokens", source=source, key=key)
 
 
-def _group_names(distinct: list[tuple[int, int, str, int, int]]) -> dict[tuple[int, int, str, int, int], str]:
-    """`full` / `swa`, numbered in order of first appearance where one kind has several geometries."""
-    names = {}
+def _group_names(geometries: list[tuple[int, int, str, int, int]]) -> list[str]:
+    """Per layer group (by its geometry): `full` / `swa`, numbered in order where one kind has several."""
+    names = [""] * len(geometries)
     for kind in ("full", "swa"):
-        ofkind = [geo for geo in distinct if (geo[0] == 0) == (kind == "full")]
-        for n, geo in enumerate(ofkind):
-            names[geo] = kind if len(ofkind) == 1 else f"{kind}{n}"
+        ofkind = [i for i, geo in enumerate(geometries) if (geo[0] == 0) == (kind == "full")]
+        for n, i in enumerate(ofkind):
+            names[i] = kind if len(ofkind) == 1 else f"{kind}{n}"
     return names
 
 

@@ -70,7 +70,7 @@ class Core:
         self.member = {m.name: pool for pool in self.pools for m in pool.spec.members}
         log = EventLog(config.max_pending_events, layout.block_tokens) if config.kv_events else None
         self.index = PrefixIndex(self.tables, self.limits, self.objects, block_columns(self.pools),
-                                 point_columns(self.pools, layout.block_tokens), self.requests, log,
+                                 point_columns(self.pools), self.requests, log,
                                  eviction_policy or functools.partial(build_policy, config.eviction))
         self._bind_roles()
         self.hasher = BlockHasher(block_tokens=layout.block_tokens, seed=config.key_seed, algorithm=config.block_hash,
@@ -91,6 +91,9 @@ class Core:
         self.needs_points = bool(self.index.points.refs)  # windows or tails: hits resume only at kept points
         prefix_tokens = [p.spec.tokens_per_page for p in block_columns(self.pools)]
         self.lcm_tokens = math.lcm(self.block_tokens, *prefix_tokens)
+        # a resume point lies on a boundary of every window page (window pages are shared only whole)
+        self.window_lcm_tokens = math.lcm(self.block_tokens, *(p.spec.tokens_per_page for p in self.pools
+                                                               if p.spec.window_tokens))
 
     def clone(self) -> Core:
         """An independent copy of every mutable part (spec, tables, layout and hasher are shared)."""

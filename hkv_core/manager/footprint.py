@@ -89,7 +89,7 @@ def estimate_device_bytes(layout: Layout, config: ManagerConfig, *, padding: boo
 def metadata_of(layout: Layout, config: ManagerConfig, lanes: tuple[LaneSpec, ...], limits: Limits) -> MetadataEstimate:
     """The estimate from capacities already derived (what Core checks before it allocates)."""
     prefix_columns = sum(1 for lane in lanes if lane.block_column)
-    point_refs = sum(window_width(lane.window_tokens, layout.block_tokens) for lane in lanes if lane.window_tokens)
+    point_refs = sum(window_width(lane.window_tokens, lane.tokens_per_page) for lane in lanes if lane.window_tokens)
     point_refs += sum(1 for lane in lanes if lane.point_snapshot)
     blocks, points = limits.block_rows, limits.point_rows
     tables = {

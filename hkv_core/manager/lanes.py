@@ -29,7 +29,7 @@ class PoolRole(enum.Enum):
     """What a page pool's pages are to a resume point."""
 
     PREFIX = "prefix"  # entries for all of [0, P): compressed KV, indexer keys
-    WINDOW = "window"  # raw rows of one block: needed for [P - W + 1, P)
+    WINDOW = "window"  # raw rows of one or more blocks: needed for [P - W + 1, P)
     TAIL = "tail"  # one snapshot page per resume point: compressor rows, or a linear layer's state, at P
 
 
@@ -130,6 +130,6 @@ def _check_geometry(spec: PoolSpec, role: PoolRole, block_tokens: int) -> None:
     if role is PoolRole.PREFIX and tokens % block_tokens:
         raise ConfigError(f"tokens per page {tokens} is not a multiple of block_tokens {block_tokens}",
                           source=spec.name, key="tokens_per_page")
-    if role is PoolRole.WINDOW and tokens != block_tokens:
-        raise ConfigError(f"window pages must hold one block ({block_tokens} rows), not {tokens}",
-                          source=spec.name, key="tokens_per_page")
+    if role is PoolRole.WINDOW and tokens % block_tokens:
+        raise ConfigError(f"window pages must hold a whole number of blocks ({block_tokens} rows each), not "
+                          f"{tokens} rows", source=spec.name, key="tokens_per_page")

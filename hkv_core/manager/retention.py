@@ -5,10 +5,12 @@ prompt's last block boundary (`retain_prompt_end`) and at its junction
 (`retain_junction`: where the prompt leaves the longest chain of cached
 blocks, when match found no point there - requests that share a prefix and
 then differ, such as a system prompt followed by different questions, will
-branch there again), and only where a hit can use it: with `allow_partial_page_copy=False` hits end on multiples of the
-LCM of the prefix pages, so points elsewhere would hold snapshots and window
-pages for nothing.  Layouts without window or tail pools keep no points (any
-block boundary with its prefix pages is a resume point).
+branch there again), and only where a hit can use it: on a boundary of every
+window page (a window page is shared only whole), and with
+`allow_partial_page_copy=False` on multiples of the LCM of the prefix pages,
+so points elsewhere would hold snapshots and window pages for nothing.
+Layouts without window or tail pools keep no points (any block boundary
+with its prefix pages is a resume point).
 """
 
 from __future__ import annotations
@@ -22,13 +24,15 @@ from hkv_core.manager.requests import RequestState
 
 def step_tokens(core: Core) -> int:
     """Distance between periodic points: every `retain_every_blocks` blocks, on hit-able boundaries."""
-    every = core.block_tokens * core.config.retain_every_blocks
+    every = math.lcm(core.block_tokens * core.config.retain_every_blocks, core.window_lcm_tokens)
     return every if core.config.allow_partial_page_copy else math.lcm(every, core.lcm_tokens)
 
 
 def usable(core: Core, boundary: int) -> bool:
-    """Can a hit end at `boundary` (a block boundary)?"""
-    return core.config.allow_partial_page_copy or boundary % core.lcm_tokens == 0
+    """Can a hit end at `boundary` (a block boundary)?  On a boundary of every window page, and with
+    `allow_partial_page_copy=False` of every prefix page."""
+    return boundary % core.window_lcm_tokens == 0 and (core.config.allow_partial_page_copy
+                                                       or boundary % core.lcm_tokens == 0)
 
 
 def retained_between(core: Core, req: RequestState, start: int, end: int) -> list[int]:

@@ -84,6 +84,7 @@ from hkv_core.manager.lanes import ROLE_OF, managed_pools
 from hkv_core.plan import Completion, CopyPages, Plan
 from hkv_core.testing.ahead_rules import AheadRules
 from hkv_core.testing.draft_rules import DraftRules
+from hkv_core.testing.engine_layouts import engine_test_layout
 from hkv_core.testing.machine_model import Committed, ModelRequest, evictions
 
 VOCAB_TOKENS = 1000  # token ids drawn in [0, VOCAB_TOKENS)
@@ -101,7 +102,11 @@ Snapshot = tuple[Any, ...]
 
 @functools.lru_cache(maxsize=16)
 def cached_layout(name: str, block_tokens: int | None) -> Layout:
-    """Layouts parse preset files: build each once per process."""
+    """Layouts parse preset files: build each once per process.  `engine:NAME` is an engine-laid-out layout
+    of hkv_core.testing.engine_layouts (`engine:NAME:pool_per_group`: each engine group its own pool)."""
+    if name.startswith("engine:"):
+        _, engine_name, *mode = name.split(":")
+        return engine_test_layout(engine_name, pool_per_group=mode == ["pool_per_group"])[0]
     return Layout.from_preset(name, block_tokens=block_tokens)
 
 
@@ -184,8 +189,10 @@ class ManagerMachine(DraftRules, AheadRules, RuleBasedStateMachine):
                                       entries_per_page=p.entries_per_page) for p in prefix]
         self.prefix_page_tokens = [p.tokens_per_page for p in prefix]
         self.lcm_tokens = math.lcm(self.bt, *self.prefix_page_tokens)
+        # window pages are shared only whole: a point lies on a boundary of every window page
+        self.window_lcm = math.lcm(self.bt, *(p.tokens_per_page for p in managed if p.name in self.window_pools))
         self.needs_points = any(r is not PoolRole.PREFIX for r in roles.values())
-        every = self.bt * self.config.retain_every_blocks
+        every = math.lcm(self.bt * self.config.retain_every_blocks, self.window_lcm)
         self.point_step = every if self.config.allow_partial_page_copy else math.lcm(every, self.lcm_tokens)
         self.system_prompts = self._system_prompts()
 
@@ -236,15 +243,17 @@ class ManagerMachine(DraftRules, AheadRules, RuleBasedStateMachine):
 
         Points are kept at multiples of `retain_every_blocks` blocks, at the
         prompt's last block boundary and at its junction (where its last match
-        left the cached chain past the hit), only where a hit can end
-        (multiples of the prefix pages' LCM without partial-page copy).
+        left the cached chain past the hit), only where a hit can end (on a
+        boundary of every window page, and on multiples of the prefix pages'
+        LCM without partial-page copy).
         """
         if boundary % self.point_step == 0:
             return True
         prompt_end = done.prompt_tokens // self.bt * self.bt
         kept = ((self.config.retain_prompt_end and boundary == prompt_end)
                 or (self.config.retain_junction and boundary == done.junction))
-        return kept and (self.config.allow_partial_page_copy or boundary % self.lcm_tokens == 0)
+        return kept and boundary % self.window_lcm == 0 and (self.config.allow_partial_page_copy
+                                                             or boundary % self.lcm_tokens == 0)
 
     def usable_at(self, done: Committed, boundary: int) -> bool:
         """Can a hit resume at `boundary` (start < boundary <= committed) from what `done` committed alone?

@@ -5,7 +5,7 @@ import pytest
 
 from hkv_core.errors import ConfigError
 from hkv_core.layout import EngineGroup, engine_layout
-from hkv_core.manager import CacheManager, ManagerConfig
+from hkv_core.manager import CacheManager, ManagerConfig, check_invariants
 
 
 def group(window=0, page=8, dtype="fp32", heads=1, dim=4):
@@ -55,7 +55,7 @@ def test_hits_land_where_every_pages_end_or_anywhere_with_partial_copies():
 
 @pytest.mark.parametrize(("groups", "key", "words"), [
     ([group(page=12)], "groups[0]", "whole number of hkv blocks"),
-    ([group(page=8), group(window=16, page=16)], "groups[1]", "one hkv block"),
+    ([group(page=8), group(window=16, page=12)], "groups[1]", "whole number of hkv blocks"),
     ([group(window=1)], "groups[0]", "window_tokens"),
     ([group(dtype="fp8")], "groups[0]", "kv_dtype"),
     ([group(heads=0)], "groups[0].num_kv_heads", "must be an int"),
@@ -81,3 +81,52 @@ def test_block_tokens_out_of_bounds_is_refused(block):
     with pytest.raises(ConfigError) as err:
         build([group()], block=block)
     assert err.value.key == "block_tokens"
+
+
+# ----------------------------------------------------------- window pages of several blocks
+
+def _served(m, tokens, commit_upto=None):
+    rid = m.add_request(tokens)
+    hit = m.match(rid)
+    if hit.tokens:
+        m.acquire(rid, hit)
+    start = hit.tokens
+    m.allocate(rid, len(tokens) - start)
+    m.commit(rid, (commit_upto or len(tokens)) - start)
+    return rid, hit
+
+
+def test_window_pages_of_two_blocks_resume_on_page_boundaries_with_the_window_they_read():
+    """An 8-token window page over 4-token blocks (a 12-token window): points, and so hits, lie on page
+    boundaries only; the hit holds exactly the pages over [P - 11, P); the window slides a page at a time."""
+    layout, pools = build([group(page=8), group(window=12, page=8)], block=4)
+    m = CacheManager(layout, ManagerConfig(pool_pages={p: 32 for p in set(pools)}, max_requests=4,
+                                           max_request_tokens=512, retain_every_blocks=1))
+    rid, _ = _served(m, list(range(44)))  # the prompt ends inside a window page: no point at 44
+    assert check_invariants(m) == []
+    table = m.tables(rid)["swa.swa_window"]
+    assert table[:4] == [0, 0, 0, 0] and all(table[4:6])  # [33, 44) reads pages 4 and 5 only: 0..3 went back
+    m.release(rid)
+    rid2, hit = _served(m, list(range(44)) + [7, 8, 9])
+    assert hit.tokens == 40  # the last page boundary with a point (prompt end 44 is inside a page)
+    swa = m.core.roles[1]
+    assert swa.first_page(0, 40) == 3 and len(hit.pages["swa.swa_window"]) == 2  # [29, 40): pages 3 and 4
+    owners = m.pages("swa.swa_window", hit.pages["swa.swa_window"]).states
+    assert set(owners) == {"PUBLISHED"}
+    assert check_invariants(m) == []
+    m.release(rid2)
+    assert check_invariants(m) == []
+
+
+def test_a_window_page_is_never_shared_before_it_is_whole():
+    """A request that stops inside a window page keeps no point there, so no other request reads the
+    page's missing rows: its hit ends on the page boundary before."""
+    layout, pools = build([group(page=8), group(window=12, page=8)], block=4)
+    m = CacheManager(layout, ManagerConfig(pool_pages={p: 32 for p in set(pools)}, max_requests=4,
+                                           max_request_tokens=512, retain_every_blocks=1))
+    rid, _ = _served(m, list(range(60)), commit_upto=52)  # committed 52: inside the page [48, 56)
+    rid2, hit = _served(m, list(range(60)) + [1])
+    assert hit.tokens == 48
+    for r in (rid, rid2):
+        m.release(r)
+    assert check_invariants(m) == []

@@ -42,6 +42,9 @@ Flash16 = make_manager_machine("deepseek_v4_flash", block_tokens=16, default_poo
 LlamaFull = make_manager_machine("llama_full", default_pool_pages=32)
 SwaFull = make_manager_machine("swa_full", default_pool_pages=64, retain_every_blocks=2)
 TinyLinear = make_manager_machine("tiny_linear", default_pool_pages=32, retain_every_blocks=1)  # recurrent state
+# DeepSeek-V4 as vLLM lays it out, shrunk: window pages of two blocks, hits on the LCM of the pages
+V4InVllm = make_manager_machine("engine:v4_in_vllm", default_pool_pages=64, retain_every_blocks=1,
+                                allow_partial_page_copy=False)
 
 TestTinyRetainEvery1 = bind(TinyRetainEvery1, 0.5)
 TestTinyRetainEvery2 = bind(TinyRetainEvery2, 0.4)
@@ -49,6 +52,7 @@ TestFlash16 = bind(Flash16, 0.3)
 TestLlamaFull = bind(LlamaFull, 0.8)
 TestSwaFull = bind(SwaFull, 0.5)
 TestTinyLinear = bind(TinyLinear, 0.5)
+TestV4InVllm = bind(V4InVllm, 0.3)
 
 
 # ----------------------------------------------------------- the machine can fail

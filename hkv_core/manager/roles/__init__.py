@@ -30,9 +30,10 @@ def block_columns(pools: tuple[PoolSlots, ...]) -> list[PoolSlots]:
     return list(pools_of(pools, PoolRole.PREFIX))
 
 
-def point_columns(pools: tuple[PoolSlots, ...], block_tokens: int) -> list[tuple[PoolSlots, int]]:
-    """(pool, width) of each point-table column: window pools (their window's blocks), then tail pools."""
-    windows = [(p, window_width(p.spec.window_tokens, block_tokens)) for p in pools_of(pools, PoolRole.WINDOW)]
+def point_columns(pools: tuple[PoolSlots, ...]) -> list[tuple[PoolSlots, int]]:
+    """(pool, width) of each point-table column: window pools (their window's pages), then tail pools."""
+    windows = [(p, window_width(p.spec.window_tokens, p.spec.tokens_per_page))
+               for p in pools_of(pools, PoolRole.WINDOW)]
     return windows + [(p, 1) for p in pools_of(pools, PoolRole.TAIL)]
 
 

@@ -1,6 +1,10 @@
-"""WindowRole: sliding-window rows, one page per block, read over [P - W + 1, P) by a resume point at P.
+"""WindowRole: sliding-window rows, pages of one or more blocks, read over [P - W + 1, P) by a point at P.
 
-A resume point refers to its own window pages (the point table's columns):
+A window page holds `tokens_per_page` rows, a whole number of blocks (an
+engine such as vLLM lays DeepSeek-V4's window out in 64-token pages over
+4-token hash blocks).  A resume point is kept only where every window page
+before it is complete (P a multiple of the page): a page is shared only
+whole.  A resume point refers to its own window pages (the point table's columns):
 a window page stays cached exactly as long as a point needs it, and a hit at
 P is usable exactly when a point is kept at P (one definition for match and
 acquire).  While a request computes, its window slides: pages that neither
@@ -34,9 +38,9 @@ from hkv_core.manager.roles.base import (
 from hkv_core.spec.names import Event
 
 
-def window_width(window_tokens: int, block_tokens: int) -> int:
-    """Blocks overlapping [P - W + 1, P) for a P on a block boundary: ceil((W - 1) / block)."""
-    return max(1, -(-(window_tokens - 1) // block_tokens))
+def window_width(window_tokens: int, page_tokens: int) -> int:
+    """Pages overlapping [P - W + 1, P) for a P on a page boundary: ceil((W - 1) / page)."""
+    return max(1, -(-(window_tokens - 1) // page_tokens))
 
 
 class WindowRole(Role):
@@ -47,12 +51,13 @@ class WindowRole(Role):
     def __init__(self, shared: Shared, pools: tuple[PoolSlots, ...], first_column: int) -> None:
         super().__init__(shared, pools, first_column)
         self.window = [p.spec.window_tokens for p in pools]
-        self.width = [window_width(w, self.bt) for w in self.window]
+        self.page = [p.spec.tokens_per_page for p in pools]  # tokens per window page: a whole number of blocks
+        self.width = [window_width(w, t) for w, t in zip(self.window, self.page, strict=True)]
         self._offsets = [np.arange(w) for w in self.width]
 
-    def first_block(self, i: int, boundary: int) -> int:
-        """First block whose rows a resume point at `boundary` reads in pool i."""
-        return max(0, boundary - self.window[i] + 1) // self.bt
+    def first_page(self, i: int, boundary: int) -> int:
+        """First page whose rows a resume point at `boundary` reads in pool i."""
+        return max(0, boundary - self.window[i] + 1) // self.page[i]
 
     # ---------------------------------------------------------- match / acquire
 
@@ -66,12 +71,12 @@ class WindowRole(Role):
         b, out = len(ids) * self.bt, []
         for i in range(len(self.pools)):
             row = self.shared.index.points.objects(np.array([point]), self.columns[i])[0]
-            out.append(row[self.width[i] - (len(ids) - self.first_block(i, b)):].astype(np.intp))
+            out.append(row[self.width[i] - (b // self.page[i] - self.first_page(i, b)):].astype(np.intp))
         return out
 
     def seed(self, req: RequestState, objs: list[Index]) -> None:
         for i, (pool, got) in enumerate(zip(self.pools, objs, strict=True)):
-            first = self.first_block(i, req.hit_tokens) if got.size else 0
+            first = self.first_page(i, req.hit_tokens) if got.size else 0
             pad = np.zeros(first, np.int32)
             req.tables[pool.index] = Table(np.concatenate([pad, got]), np.concatenate([pad, self.objects.slot[got]]))
             req.window_floor[pool.index] = first
@@ -80,45 +85,46 @@ class WindowRole(Role):
 
     def demands(self, req: RequestState, start: int, end: int, boundaries: list[int]) -> list[Demand]:
         out = []
-        for pool in self.pools:
-            have, last = len(req.tables[pool.index]), (end - 1) // self.bt + 1
+        for pool, tokens in zip(self.pools, self.page, strict=True):
+            have, last = len(req.tables[pool.index]), (end - 1) // tokens + 1
             if last <= have:
                 out.append(NO_DEMAND)
                 continue
-            blocks = np.arange(have, last)
-            out.append((len(blocks), blocks * self.bt + 1, (blocks + 1) * self.bt))
+            pages = np.arange(have, last)
+            out.append((len(pages), pages * tokens + 1, (pages + 1) * tokens))
         return out
 
     def place(self, req: RequestState, start: int, end: int, boundaries: list[int], got: list[Index],
               out: Builder) -> None:
-        for pool, objs in zip(self.pools, got, strict=True):
+        for pool, objs, tokens in zip(self.pools, got, self.page, strict=True):
             table = req.tables[pool.index]
             if objs.size:
                 table.extend(objs, self.objects.slot[objs])
             pages = table.page_view()
             out.share(pool, out.tables, pages)
-            out.share(pool, out.slots, slots_of(pages, self.bt, start, end))  # one row per token
+            out.share(pool, out.slots, slots_of(pages, tokens, start, end))  # one row per token
 
     # ---------------------------------------------------------- commit
 
     def _spans(self, i: int, req: RequestState, due: NDArray[np.int64]) -> tuple[NDArray[np.int32], Bools]:
         """Per due point, its window objects right-aligned in a row of `width` (NULL_OBJECT where the
         window reaches before token 0), and which entries of the row its window covers."""
-        table, width = req.tables[self.pools[i].index].view(), self.width[i]
-        cols = (due // self.bt)[:, None] - width + self._offsets[i]
-        covered = cols >= (np.maximum(0, due - self.window[i] + 1) // self.bt)[:, None]
+        table, width, tokens = req.tables[self.pools[i].index].view(), self.width[i], self.page[i]
+        cols = (due // tokens)[:, None] - width + self._offsets[i]
+        covered = cols >= (np.maximum(0, due - self.window[i] + 1) // tokens)[:, None]
         objs = table[np.where(covered, cols, 0)].astype(np.int32)  # blocks before token 0: read block 0, then
         objs[~covered] = NULL_OBJECT                               # cleared
         return objs, covered
 
     def points_ready(self, req: RequestState, due: NDArray[np.int64], moves: Moves) -> Bools:
-        """A point needs every window page of its span, each the request's own or still PUBLISHED (not retired)."""
+        """A point needs every window page of its span whole (the point on a page boundary), each the request's
+        own or still PUBLISHED (not retired)."""
         ok = np.ones(len(due), np.bool_)
         o = self.objects
         for i, pool in enumerate(self.pools):
             objs, covered = moves.spans[pool.index] = self._spans(i, req, due)  # take_points reads them again
             usable = self.owned(req, objs) | o.published[o.code[objs]]  # NULL_OBJECT: neither, so only uncovered
-            ok &= np.logical_and.reduce(usable | ~covered, axis=1)
+            ok &= np.logical_and.reduce(usable | ~covered, axis=1) & (due % self.page[i] == 0)
         return ok
 
     def take_points(self, req: RequestState, due: NDArray[np.int64], keep: Bools,
@@ -137,7 +143,7 @@ class WindowRole(Role):
     def slide(self, req: RequestState, pending: list[int], moves: Moves) -> None:
         """Give back window pages below what the position and every pending point need."""
         for i, pool in enumerate(self.pools):
-            keep_from = self.first_block(i, min(req.computed, pending[0]) if pending else req.computed)  # monotone
+            keep_from = self.first_page(i, min(req.computed, pending[0]) if pending else req.computed)  # monotone
             table, floor = req.tables[pool.index], req.window_floor[pool.index]
             top = min(keep_from, len(table))
             if top <= floor:
@@ -158,8 +164,8 @@ class WindowRole(Role):
         out = []
         for i, pool in enumerate(self.pools):
             table = req.tables[pool.index].view()
-            end = -(-req.computed // self.bt)
-            if len(table) < end or np.any(table[self.first_block(i, req.computed):end] == NULL_OBJECT):
+            end = -(-req.computed // self.page[i])
+            if len(table) < end or np.any(table[self.first_page(i, req.computed):end] == NULL_OBJECT):
                 out.append(f"request {req.rid} lacks {pool.name} window pages its position {req.computed} reads")
         return out
 
