@@ -15,6 +15,8 @@ from typing import Any
 
 import attrs
 
+from hkv_vllm.shadow import ShadowWorker
+
 MODEL = "facebook/opt-125m"  # a config the hub cache holds (suite/hub_cache.py); no weights are read
 
 
@@ -81,11 +83,15 @@ def make_request(req_id: str, prompt: list[int], *, max_tokens: int, block_size:
                    cache_salt=cache_salt, block_hasher=get_request_block_hasher(block_size, sha256))
 
 
-def step(scheduler: Any, sample: Callable[[str, int], int]) -> Step:
-    """One schedule + faked model output + update; `sample(req_id, position)` makes the sampled token."""
+def step(scheduler: Any, sample: Callable[[str, int], int], shadow: ShadowWorker | None = None) -> Step:
+    """One schedule + faked model output + update; `sample(req_id, position)` makes the sampled token.  A
+    `shadow` (`hkv_vllm.shadow`) runs the scheduler output as vLLM's worker would before the output is faked,
+    checking every KV read of the step."""
     from vllm.v1.outputs import ModelRunnerOutput
 
     out = scheduler.schedule()
+    if shadow is not None:
+        shadow.observe(out, lambda req_id: scheduler.requests[req_id].all_token_ids)
     ids = sorted(out.num_scheduled_tokens)
     cached = tuple(sorted((r.req_id, r.num_computed_tokens) for r in out.scheduled_new_reqs))
     sampled = []
@@ -104,8 +110,9 @@ def step(scheduler: Any, sample: Callable[[str, int], int]) -> Step:
 
 def run(scheduler: Any, arrivals: dict[int, Iterable[Any]], *, max_steps: int = 10_000,
         sample: Callable[[str, int], int] = lambda req_id, pos: (sum(map(ord, req_id)) * 31 + 7 * pos) % 50000,
-        ) -> list[Step]:
-    """Add each step's arrivals, step until every request finished (or `max_steps`); the steps taken."""
+        shadow: ShadowWorker | None = None) -> list[Step]:
+    """Add each step's arrivals, step until every request finished (or `max_steps`); the steps taken.  A
+    `shadow` (`ShadowWorker.for_scheduler(scheduler)`) checks every step's KV reads."""
     steps: list[Step] = []
     last = max(arrivals, default=0)
     for index in range(max_steps):
@@ -113,5 +120,5 @@ def run(scheduler: Any, arrivals: dict[int, Iterable[Any]], *, max_steps: int = 
             scheduler.add_request(request)
         if index > last and not scheduler.has_unfinished_requests():
             break
-        steps.append(step(scheduler, sample))
+        steps.append(step(scheduler, sample, shadow))
     return steps
