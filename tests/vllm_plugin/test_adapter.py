@@ -402,3 +402,165 @@ def test_a_sliding_window_groups_blocks_become_null_as_they_leave_the_window():
     assert hit == 96
     got_full, got_window = blocks.get_block_ids()
     assert got_full == full_ids[:6] and got_window == [0, 0, 0, 0] + window_ids[4:6]
+
+
+# ---------------------------------------------------------------- inputs vLLM's scheduler takes: never an hkv error
+
+
+def both_schedulers(**kwargs):
+    """vLLM's Scheduler with its own manager and with hkv's (`hkv_vllm.drive.build_scheduler` arguments)."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    import hkv_vllm
+    from hkv_vllm.drive import build_scheduler
+
+    return {"stock": build_scheduler(Scheduler, **kwargs), "hkv": build_scheduler(hkv_vllm.Scheduler, **kwargs)}
+
+
+def drive_both(prompts, *, steps=12, sample=None, **kwargs):
+    """The same requests through both schedulers; per scheduler the steps and each request's final (status,
+    computed tokens).  No exception may escape either."""
+    from hkv_core.manager.invariants import check_invariants
+    from hkv_vllm.drive import make_request, run
+
+    out = {}
+    for name, scheduler in both_schedulers(**kwargs).items():
+        requests = [make_request(rid, prompt, max_tokens=max_tokens) for rid, prompt, max_tokens in prompts]
+        extra = {} if sample is None else {"sample": sample}
+        taken = run(scheduler, {0: requests}, max_steps=steps, **extra)
+        out[name] = (taken, {r.request_id: (r.status.name, r.num_computed_tokens) for r in requests})
+        if name == "hkv":
+            assert check_invariants(scheduler.kv_cache_manager.hkv) == []
+    return out
+
+
+def test_an_empty_prompt_gets_no_hit_no_blocks_and_no_hkv_error():
+    """vLLM's front ends refuse an empty prompt (vllm/v1/engine/input_processor.py, `_validate_prompt_len`:
+    "The decoder prompt cannot be empty"); its scheduler cannot take one either: with prefix caching its own
+    manager raises ValueError (`find_longest_cache_hit` slices to `num_tokens - 1 = -1` blocks), without it
+    the scheduler's `assert num_new_tokens > 0` fails.  hkv's manager answers as vLLM's does without a lookup:
+    no hit, nothing registered, so the scheduler stops at its own assertion, never at an hkv error; asked to
+    allocate (vLLM's `test_allocate_with_lookahead` does, outside the scheduler) it answers None, nothing
+    changed, where vLLM's gives the lookahead's blocks: hkv has no request without a token."""
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+
+    from hkv_core.errors import HkvError
+    from hkv_vllm.drive import make_request
+
+    m, stock = manager(), KVCacheManager(kv_config(full()), max_model_len=2048, scheduler_block_size=16,
+                                         hash_block_size=16, enable_caching=False)
+    empty = make_request("empty", [], max_tokens=4)
+    assert stock.get_computed_blocks(empty)[1:] == m.get_computed_blocks(empty)[1:] == (0, 0)
+    assert m.get_computed_blocks(empty)[0].get_block_ids() == ([],)
+    before = (m.hkv.snapshot(), m.block_pool.get_num_free_blocks())
+    assert m.allocate_slots(empty, 3, num_lookahead_tokens=2) is None
+    assert (m.hkv.snapshot(), m.block_pool.get_num_free_blocks()) == before and not m.entries
+    assert len(stock.allocate_slots(empty, 3, num_lookahead_tokens=2).get_block_ids()[0]) == 1
+
+    raised = {}
+    for caching in (True, False):
+        for name, scheduler in both_schedulers(num_blocks=64, enable_prefix_caching=caching).items():
+            scheduler.add_request(make_request("empty", [], max_tokens=4))
+            with pytest.raises(Exception) as err:
+                scheduler.schedule()
+            assert not isinstance(err.value, HkvError)
+            raised[name, caching] = type(err.value)
+            if name == "hkv":
+                assert not scheduler.kv_cache_manager.entries  # nothing registered in hkv
+    assert raised == {("stock", True): ValueError, ("stock", False): AssertionError,
+                      ("hkv", True): AssertionError, ("hkv", False): AssertionError}
+
+
+def test_a_prompt_longer_than_max_model_len_is_scheduled_as_vllm_schedules_it():
+    """vLLM's front ends refuse such a prompt; its scheduler takes one: chunks up to max_model_len - 1 computed
+    tokens, then nothing more, the request running (holding its blocks) until it is aborted, the others
+    served.  hkv's manager knows the prompt's first max_model_len + 1 tokens (hkv's max_request_tokens) and
+    schedules it exactly alike; a later request hits its first block in both."""
+    prompts = [("long", list(range(200)), 4), ("short", list(range(20)), 2)]
+    got = drive_both(prompts, num_blocks=64, max_model_len=128, max_num_batched_tokens=64)
+    assert got["hkv"] == got["stock"]
+    steps, final = got["hkv"]
+    assert final == {"long": ("RUNNING", 127), "short": ("FINISHED_LENGTH_CAPPED", 21)}
+    assert steps[1].cached == (("short", 16),)
+
+
+def test_a_longer_prompt_within_one_step_is_computed_past_max_model_len_without_an_hkv_error():
+    """With a token budget above max_model_len vLLM's scheduler computes the whole longer prompt in one step
+    (past max_model_len) and finishes it; hkv knows and commits only its first max_model_len + 1 tokens.  The
+    same requests finish at the same steps; the short one's hit differs only by visibility (vLLM hits the
+    block the long one was scheduled to write in the same step, hkv once written: docs/vllm.md)."""
+    prompts = [("long", list(range(200)), 4), ("short", list(range(20)), 2)]
+    got = drive_both(prompts, num_blocks=64, max_model_len=128, max_num_batched_tokens=512)
+    assert [s.finished for s in got["hkv"][0]] == [s.finished for s in got["stock"][0]] == [("long",), ("short",)]
+    assert got["hkv"][1] == got["stock"][1]
+    assert [s.cached for s in got["stock"][0]][0] == (("long", 0), ("short", 16))
+    assert [s.cached for s in got["hkv"][0]][0] == (("long", 0), ("short", 0))
+
+
+@pytest.mark.parametrize("odd", [-1, -7, 2**31, 2**40])
+def test_prompt_token_ids_outside_hkvs_range_are_served_and_hit_as_vllm_hits_them(odd):
+    """vLLM hashes any int (its multimodal tests use -1 placeholders; with `skip_tokenizer_init` nothing
+    checks a prompt's ids).  hkv keys only [0, 2**31): the adapter keys each other id as an item at its
+    offset (the token set to 0), so a request hits exactly what it hits with vLLM's manager: the equal
+    prompt's blocks, never those of a prompt with 0 or another id there."""
+    from vllm.v1.core.kv_cache_manager import KVCacheManager
+
+    from hkv_vllm.drive import make_request
+
+    first = [odd] * 20 + list(range(30))  # 50 tokens: three whole blocks
+    hits = {}
+    for name, m in {"stock": KVCacheManager(kv_config(full()), max_model_len=2048, scheduler_block_size=16,
+                                            hash_block_size=16),
+                    "hkv": manager()}.items():
+        request = make_request("a", first, max_tokens=1)
+        blocks, hit, _ = m.get_computed_blocks(request)
+        m.allocate_slots(request, len(first), hit, blocks)
+        request.num_computed_tokens = len(first)
+        m.cache_blocks(request, len(first))
+        m.free(request)
+        hits[name] = [m.get_computed_blocks(make_request(rid, prompt + [5], max_tokens=1))[1]
+                      for rid, prompt in (("same", first), ("zero", [0] * 20 + list(range(30))),
+                                          ("other", [-3] * 20 + list(range(30))),
+                                          ("late", [odd] * 16 + [0] * 4 + list(range(30))))]
+    assert hits["hkv"] == hits["stock"] == [48, 0, 0, 16]
+    got = drive_both([("odd", [odd] * 20 + list(range(20)), 4), ("short", list(range(20)), 2)], num_blocks=64)
+    assert got["hkv"] == got["stock"]
+
+
+def test_sampled_token_ids_outside_hkvs_range_are_served_and_never_cached():
+    """A model never samples an id outside its vocabulary, but vLLM's manager would hash one: hkv knows the
+    request's tokens before the first such id only; the rest are slots reserved ahead, written and never
+    published.  The schedule is vLLM's; a later request hits only blocks before that token."""
+    from hkv_vllm.drive import make_request
+
+    got = drive_both([("a", list(range(40)), 20), ("b", list(range(100, 120)), 2)], steps=40, num_blocks=64,
+                     sample=lambda req_id, pos: -1 if req_id == "a" and pos == 44 else 7)
+    assert got["hkv"] == got["stock"]
+    assert got["hkv"][1]["a"] == ("FINISHED_LENGTH_CAPPED", 59)
+    m = manager()
+    request = make_request("a", list(range(40)), max_tokens=20)
+    m.get_computed_blocks(request)
+    m.allocate_slots(request, 40)
+    request.num_computed_tokens = 40
+    for token in [7, 7, 7, 7, -1] + [7] * 15:  # positions 40..59
+        request.append_output_token_ids(token)
+        m.allocate_slots(request, 1)
+        request.num_computed_tokens += 1
+    m.free(request)
+    probe = make_request("probe", list(range(40)) + [7, 7, 7, 7, -1] + [7] * 15 + [1], max_tokens=1)
+    assert m.get_computed_blocks(probe)[1] == 32  # block 2 holds position 44: never cached
+    assert m.get_computed_blocks(make_request("p2", list(range(40)) + [7] * 10, max_tokens=1))[1] == 32
+
+
+def test_zeroing_after_a_failed_load_asks_nothing_of_hkv():
+    """vLLM asks `record_blocks_for_zeroing` after a failed connector load on a mixed-precision cache; hkv never
+    zeroes (each block id stays in its group's dtype, as for `take_new_block_ids`), so it changes nothing."""
+    from hkv_vllm.drive import make_request
+
+    m = manager()
+    request = make_request("a", list(range(40)), max_tokens=1)
+    m.get_computed_blocks(request)
+    m.allocate_slots(request, 40)
+    before = (m.hkv.snapshot(), m.get_block_ids("a"))
+    assert m.record_blocks_for_zeroing("a", 16) is None
+    assert (m.hkv.snapshot(), m.get_block_ids("a")) == before
