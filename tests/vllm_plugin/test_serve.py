@@ -4,7 +4,7 @@ Starts the server (the `vllm` command of this interpreter's environment, .venv-v
 127.0.0.1, waits for /health, then talks to it with the `openai` client (a vLLM dependency): chat and plain
 completions, each twice with a shared prefix so the second resumes from hkv's cache, and a bad request
 (400) after which the server still serves.  The server and everything it started are stopped whatever
-happens (SIGTERM to its process group, SIGKILL after a timeout).  About 35 s to start on two cores.
+happens (SIGTERM to its process group, SIGKILL after a timeout).  It starts in 21-36 s on two cores.
 """
 
 import contextlib
@@ -27,7 +27,7 @@ from tests.vllm_plugin.conftest import HAS_VLLM, SKIP_REASON
 pytestmark = pytest.mark.skipif(not HAS_VLLM, reason=SKIP_REASON)
 
 ROOT = Path(__file__).resolve().parents[2]
-START_TIMEOUT_S = 240  # about 35 s on two idle cores; CI's cores may be shared
+START_TIMEOUT_S = 240  # 21-25 s on two idle cores, 36 s seen with them shared; CI's may be busier
 STOP_TIMEOUT_S = 30
 MODEL_NAME = "tiny-llama"
 # the tiny tokenizer has no chat template: each message's words, in order
