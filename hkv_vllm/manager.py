@@ -420,7 +420,7 @@ class HkvKVCacheManager:
             # for a longer prompt (its front ends refuse one; its scheduler takes it and stops there)
             tokens = list(request.all_token_ids)
             del tokens[self.hkv.config.max_request_tokens:]
-            salt, lora, mm = request_keys(request)
+            salt, lora, mm = request_keys(request, self._block_tokens)
             try:
                 rid = self.hkv.add_request(tokens, cache_salt=salt, lora_id=lora, mm_keys=mm)
             except InvalidTokens:  # ids outside hkv's [0, 2**31), e.g. -1 placeholders: vLLM hashes any int
