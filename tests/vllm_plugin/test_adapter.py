@@ -564,3 +564,128 @@ def test_zeroing_after_a_failed_load_asks_nothing_of_hkv():
     before = (m.hkv.snapshot(), m.get_block_ids("a"))
     assert m.record_blocks_for_zeroing("a", 16) is None
     assert (m.hkv.snapshot(), m.get_block_ids("a")) == before
+
+
+# ---------------------------------------------------------------- prompt embeddings: part of the key, per block
+
+
+def embeds_request(req_id, embeds, *, max_tokens, block_size=16):
+    """A vLLM Request made from `prompt_embeds` (no token ids: vLLM stores `[0] * n`), built as
+    `hkv_vllm.drive.make_request` builds one from token ids (vLLM's tests build theirs alike)."""
+    from vllm.sampling_params import SamplingParams
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.request import Request
+
+    init_none_hash(sha256)
+    params = SamplingParams(ignore_eos=True, max_tokens=max_tokens)
+    params.update_from_generation_config({}, 50256)
+    return Request(request_id=req_id, prompt_token_ids=None, prompt_embeds=embeds, sampling_params=params,
+                   pooling_params=None, block_hasher=get_request_block_hasher(block_size, sha256))
+
+
+def embeds(n, seed, hidden=8):
+    import torch
+
+    return torch.randn(n, hidden, generator=torch.Generator().manual_seed(seed), dtype=torch.float32)
+
+
+def second_hit(first, second, *, steps=4, **kwargs):
+    """`first` served to the end by vLLM's Scheduler with its own manager and with hkv's, then `second`
+    arrives: the tokens each resumed `second` with (from the step that scheduled it), and hkv's invariants."""
+    from hkv_core.manager.invariants import check_invariants
+    from hkv_vllm.drive import run
+
+    hits = {}
+    for name, scheduler in both_schedulers(num_blocks=64, **kwargs).items():
+        taken = run(scheduler, {0: [first()], steps: [second()]})
+        assert first().request_id in {r for s in taken for r in s.finished}
+        (hit,) = [n for s in taken for r, n in s.cached if r == second().request_id]
+        hits[name] = hit
+        if name == "hkv":
+            assert check_invariants(scheduler.kv_cache_manager.hkv) == []
+    return hits
+
+
+def test_prompt_embeds_of_equal_length_and_different_values_never_share_a_block():
+    """vLLM stores `[0] * n` as an embeddings request's token ids and keys each block by the digest of its
+    embeddings too (`_gen_prompt_embeds_extra_hash_keys`); hkv's keys must as well, else two prompts of one
+    length hit each other's KV (hkv hit 32 here where vLLM hits 0)."""
+    a, b = embeds(56, 1), embeds(56, 2)
+    hits = second_hit(lambda: embeds_request("a", a, max_tokens=2), lambda: embeds_request("b", b, max_tokens=2))
+    assert hits == {"stock": 0, "hkv": 0}
+
+
+def test_equal_prompt_embeds_share_their_whole_blocks():
+    a = embeds(56, 1)
+    hits = second_hit(lambda: embeds_request("a", a, max_tokens=2),
+                      lambda: embeds_request("b", a.clone(), max_tokens=2))
+    assert hits == {"stock": 48, "hkv": 48}  # three whole blocks; the last 8 tokens are computed
+
+
+@pytest.mark.parametrize(("changed_row", "shared"), [(0, 0), (15, 0), (16, 16), (31, 16), (32, 32), (47, 32),
+                                                     (48, 48), (55, 48)])
+def test_prompt_embeds_equal_on_a_prefix_share_the_blocks_before_the_first_difference(changed_row, shared):
+    """Every row's embedding keys the block holding it (its last row too, not only the block's first), and
+    the blocks before it stay shared: vLLM's granularity, one digest per hash block."""
+    a = embeds(56, 1)
+    b = a.clone()
+    b[changed_row, 3] += 1.0
+    hits = second_hit(lambda: embeds_request("a", a, max_tokens=2), lambda: embeds_request("b", b, max_tokens=2))
+    assert hits == {"stock": shared, "hkv": shared}
+
+
+@pytest.mark.parametrize("embeds_first", [True, False])
+def test_a_prompt_embeds_request_and_a_token_request_of_zeros_never_share(embeds_first):
+    from hkv_vllm.drive import make_request
+
+    a = embeds(56, 1)
+    by_embeds = lambda: embeds_request("e", a, max_tokens=2)  # noqa: E731
+    by_tokens = lambda: make_request("t", [0] * 56, max_tokens=2)  # noqa: E731
+    hits = second_hit(*((by_embeds, by_tokens) if embeds_first else (by_tokens, by_embeds)))
+    assert hits == {"stock": 0, "hkv": 0}
+
+
+@pytest.mark.parametrize(("changed_row", "stock", "hkv"), [(None, 64, 64), (5, 0, 0), (20, 0, 16), (40, 32, 32),
+                                                           (50, 32, 48)])
+def test_with_fine_hits_prompt_embeds_key_each_of_hkvs_finer_blocks(changed_row, stock, hkv):
+    """Fine hits: hkv's block (16 tokens) is finer than vLLM's hash block (32); each hkv block is keyed by its
+    own rows' embeddings, so a hit stops at the hkv block holding the first difference, never past it."""
+    a = embeds(70, 1)
+    b = a.clone()
+    if changed_row is not None:
+        b[changed_row, 0] -= 1.0
+    hits = second_hit(lambda: embeds_request("a", a, max_tokens=2, block_size=32),
+                      lambda: embeds_request("b", b, max_tokens=2, block_size=32),
+                      block_size=32, additional_config={"hkv": {"fine_hits": True}})
+    assert hits == {"stock": stock, "hkv": hkv}
+
+
+def test_prompt_embeds_items_are_vllms_block_digests_and_never_another_items():
+    """One item per hkv block of the prompt, at its first token: the SHA-256 vLLM takes of the block's rows
+    (the last block's 8 rows alone), with their dtype and shape, behind a tag no multimodal identifier
+    (UTF-8) or out-of-range token item (0xff) starts with; the digests vLLM cached on the request are its
+    own.  A request of token ids has none."""
+    import hashlib
+
+    import torch
+    from vllm.v1.utils import tensor_data
+
+    from hkv_vllm.drive import make_request
+    from hkv_vllm.keys import EMBEDS_TAG, prompt_embeds_items, request_keys
+
+    a = embeds(40, 1)
+    request = embeds_request("a", a, max_tokens=1)
+    items = prompt_embeds_items(request, 16)
+    assert [o for o, _ in items] == [0, 16, 32]
+    for (_, item), rows in zip(items, (a[:16], a[16:32], a[32:]), strict=True):
+        assert item.startswith(EMBEDS_TAG) and item[0] == 0xfe
+        assert item.endswith(hashlib.sha256(tensor_data(rows)).digest())
+        assert f"torch.float32 ({len(rows)}, 8)".encode() in item
+    request._prompt_embeds_per_block_hashes.clear()  # computed afresh: the same items
+    assert prompt_embeds_items(request, 16) == items
+    same_bytes = embeds_request("i", a.view(torch.int32), max_tokens=1)  # another dtype, the same bytes
+    assert [i[-32:] for _, i in prompt_embeds_items(same_bytes, 16)] == [i[-32:] for _, i in items]
+    assert prompt_embeds_items(same_bytes, 16) != items
+    assert request_keys(request, 16) == (None, None, items)
+    assert request_keys(make_request("t", [0] * 40, max_tokens=1), 16) == (None, None, ())
