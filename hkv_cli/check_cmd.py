@@ -20,8 +20,13 @@ from hkv_core.spec.records import LifecycleSpec
 
 _CHECK, _IMPL = CheckConfig(), ImplCheckConfig()  # the defaults the options show
 # The layouts the implementation check runs on: tiny_csa has every kind of an attention model (compressed KV,
-# compressor tails, the window, indexer keys and tails), tiny_linear a hybrid's recurrent state beside full KV.
-IMPL_LAYOUTS = ("tiny_csa", "tiny_linear")
+# compressor tails, the window, indexer keys and tails), tiny_linear a hybrid's recurrent state beside full KV;
+# tiny_csa-shared is tiny_csa with its pools drawing pages from one shared block space of 20 pages
+# (ManagerConfig.shared_pages, as vLLM's groups share one block pool).
+IMPL_SEARCHES: dict[str, dict[str, Any]] = {
+    "tiny_csa": {"layout": "tiny_csa"}, "tiny_linear": {"layout": "tiny_linear"},
+    "tiny_csa-shared": {"layout": "tiny_csa", "shared_pages": 20}}
+IMPL_LAYOUTS = tuple(IMPL_SEARCHES)
 
 
 def exit_status(result: CheckResult, impls: list[ImplCheckResult]) -> int:
@@ -84,7 +89,7 @@ def check_command(spec_path: str | None, prefixes: int, seeded_prefixes: int, re
     spec = load_lifecycle(spec_path)  # a bad file is a SpecError naming it (hkv_core.spec.toml_fields.read_toml)
     config = CheckConfig(prefixes=prefixes, requests=requests, device_slots=device_slots, max_depth=max_depth,
                          seeded_prefixes=min(seeded_prefixes, prefixes), max_states=max_states)
-    impl_configs = [ImplCheckConfig(layout=name, max_depth=impl_depth, max_states=impl_max_states)
+    impl_configs = [ImplCheckConfig(**IMPL_SEARCHES[name], max_depth=impl_depth, max_states=impl_max_states)
                     for name in dict.fromkeys(impl_layouts)] if impl_depth > 0 else []
     for impl_config in impl_configs:
         seeded_manager(impl_config, spec)  # a spec the manager cannot run on is refused before the long search
@@ -118,10 +123,16 @@ def check_command(spec_path: str | None, prefixes: int, seeded_prefixes: int, re
 
 
 def _impl_search(bar: Progress, config: ImplCheckConfig, spec: LifecycleSpec) -> ImplCheckResult:
-    task = bar.add_task(f"manager on {config.layout}: 0 states", total=None)
+    task = bar.add_task(f"manager on {_where(config)}: 0 states", total=None)
     return check_implementation(
         config, spec=spec,
-        progress=lambda n: bar.update(task, description=f"manager on {config.layout}: {n:,} states"))
+        progress=lambda n: bar.update(task, description=f"manager on {_where(config)}: {n:,} states"))
+
+
+def _where(config: ImplCheckConfig) -> str:
+    """The search's layout, and its shared block space if any."""
+    shared = f", one shared space of {config.shared_pages} pages" if config.shared_pages else ""
+    return f"{config.layout}{shared}"
 
 
 def impl_dict(result: ImplCheckResult, config: ImplCheckConfig) -> dict[str, Any]:
@@ -149,7 +160,7 @@ def _search(truncated: bool, cap: int) -> str:
 
 
 def _print_impl(result: ImplCheckResult, config: ImplCheckConfig) -> None:
-    table = Table(title=f"hkv check: CacheManager on {plain(config.layout)} (every API call sequence)")
+    table = Table(title=f"hkv check: CacheManager on {plain(_where(config))} (every API call sequence)")
     table.add_column("measure")
     table.add_column("value", justify="right")
     table.add_row("search", _search(result.truncated, config.max_states))

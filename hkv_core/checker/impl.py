@@ -64,6 +64,7 @@ class ImplCheckConfig:
     draft_tokens: tuple[int, ...] = (3,)  # draft lengths of the speculative steps proposed
     ahead_tokens: int = 4  # positions an allocate_ahead reserves (0: none), from within 4 tokens of the known end
     seeded: tuple[int, ...] = (0,)  # prompts computed and released before the search starts
+    shared_pages: int | None = None  # one block space every pool draws from (ManagerConfig.shared_pages)
     stop_on_violation: bool = False  # end the search at the first violation (broken-variant tests)
     max_states: int = MAX_STATES  # at the cap the search stops growing and the result says truncated
 
@@ -258,7 +259,8 @@ def seeded_manager(config: ImplCheckConfig, spec: LifecycleSpec | None = None) -
     """
     layout = Layout.from_preset(config.layout, block_tokens=config.block_tokens)
     limits = ManagerConfig(default_pool_pages=config.pool_pages, max_requests=config.max_requests,
-                           retain_every_blocks=config.retain_every_blocks, key_seed=7)
+                           retain_every_blocks=config.retain_every_blocks, key_seed=7,
+                           shared_pages=config.shared_pages)
     m = CacheManager(layout, limits)
     if spec is not None:
         m.core = Core(layout, limits, spec)

@@ -8,6 +8,7 @@ per-segment masks (`topo.frozen[s][state]`), never state-name comparisons.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
@@ -117,6 +118,35 @@ def _no_slot_leak(topo: Topology, world: World) -> str | None:
     return None
 
 
+def _blocks_exclusive(topo: Topology, world: World) -> str | None:
+    """The world's device slots are one space every kind draws from: a slot is held by at most one segment,
+    whatever its kind, and a held slot is never free."""
+    holder: dict[int, int] = {}
+    for s in topo.device_segs:
+        slot = world.segs[s].slot
+        if slot < 0:
+            continue
+        if slot in holder:
+            return f"block {slot} held by {topo.describe(holder[slot])} and {topo.describe(s)} at once"
+        if world.free_slots >> slot & 1:
+            return f"block {slot} of {_at(topo, world, s)} is on the free list"
+        holder[slot] = s
+    return None
+
+
+def _freed_blocks_unreachable(topo: Topology, world: World) -> str | None:
+    """Every segment an index entry refers to, a lease pins or a copy pins holds a block that is not free and
+    that no other segment holds."""
+    holders = Counter(seg.slot for seg in world.segs if seg.slot >= 0)
+    reached = {t for s in topo.index_segs for i, t in enumerate(topo.ref_targets[s]) if world.segs[s].refs >> i & 1}
+    reached |= {s for s in topo.device_segs if world.segs[s].leases or world.segs[s].copy}
+    for s in sorted(reached):
+        slot = world.segs[s].slot
+        if slot < 0 or world.free_slots >> slot & 1 or holders[slot] > 1:
+            return f"{_at(topo, world, s)} is reachable but its block {slot} was freed or handed on"
+    return None
+
+
 def _refcount_matches_leases(topo: Topology, world: World) -> str | None:
     by_prefix = [0] * topo.config.prefixes
     for r, req in enumerate(world.reqs):
@@ -222,6 +252,8 @@ INVARIANTS: Mapping[str, Invariant] = MappingProxyType({
     "immutable_when_frozen": _immutable_when_frozen,
     "slot_single_owner": _slot_single_owner,
     "no_slot_leak": _no_slot_leak,
+    "blocks_exclusive": _blocks_exclusive,
+    "freed_blocks_unreachable": _freed_blocks_unreachable,
     "refcount_matches_leases": _refcount_matches_leases,
     "tier_loads_pinned": _tier_loads_pinned,
     "snapshots_unshared": _snapshots_unshared,

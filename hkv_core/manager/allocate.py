@@ -31,6 +31,7 @@ from hkv_core.plan import Plan
 from hkv_core.spec.names import Event
 
 BLOCK_ROWS, POINT_ROWS = "block index", "resume-point index"  # OutOfPages.pool for the index tables
+SHARED_SPACE = "shared block space"  # OutOfPages.pool for the pages every pool draws from (shared_pages)
 
 
 def needs(core: Core, req: RequestState, start: int, end: int) -> tuple[list[Demand], int, int, list[int]]:
@@ -47,6 +48,7 @@ def needs(core: Core, req: RequestState, start: int, end: int) -> tuple[list[Dem
 def fits(core: Core, pages: list[int], blocks: int, points: int) -> bool:
     """Would the free pages and rows cover the need without evicting?"""
     return (all(not n or p.free_count >= n for p, n in zip(core.pools, pages, strict=True))
+            and all(sum(pages) <= space.count for space in core.objects.spaces)
             and (not blocks or core.index.blocks.available() >= blocks)
             and (not points or core.index.points.available() >= points))
 
@@ -115,9 +117,10 @@ def _short(core: Core, pages: list[int], blocks: int, points: int, evictable: li
     """OutOfPages for the first pool or index table that eviction cannot make supply the need (`evictable`:
     what eviction could free per resource; nothing was evicted)."""
     rows = core.index.blocks, core.index.points
-    sizes = [(p.name, p.free_count, p.size) for p in core.pools] + [
+    sizes = [(p.name, p.own_free, p.size) for p in core.pools] + [
+        (SHARED_SPACE, space.count, space.slots - 1) for space in core.objects.spaces] + [
         (name, table.available(), table.capacity) for name, table in zip((BLOCK_ROWS, POINT_ROWS), rows, strict=True)]
-    needs = [*pages, blocks, points]
+    needs = [*pages, *(sum(pages) for _ in core.objects.spaces), blocks, points]
     short = [i for i, ((_, free, _), n, e) in enumerate(zip(sizes, needs, evictable, strict=True)) if free + e < n]
     assert short, "eviction failed only if some resource cannot be covered"
     name, free, size = sizes[i := short[0]]

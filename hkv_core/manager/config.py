@@ -31,7 +31,8 @@ DEFAULT_MAX_REQUEST_TOKENS = 1 << 21  # 2,097,152 tokens: a two-million-token co
 DEFAULT_MAX_PENDING_EVENTS = 4096  # records of cache events kept for take_events (older ones: counted, dropped)
 DEFAULT_EVICT_SLACK_SHIFT = 6  # an eviction frees 1/64 of a pool beyond what the allocation needs
 DEFAULT_BLOCK_HASH = "xxh3_128"
-UPPER_BOUNDS = {"default_pool_pages": MAX_POOL_PAGES, "pool_pages": MAX_POOL_PAGES, "max_requests": MAX_REQUESTS,
+UPPER_BOUNDS = {"default_pool_pages": MAX_POOL_PAGES, "pool_pages": MAX_POOL_PAGES, "shared_pages": MAX_POOL_PAGES,
+                "max_requests": MAX_REQUESTS,
                 "max_request_tokens": MAX_REQUEST_TOKENS, "retain_every_blocks": MAX_RETAIN_EVERY_BLOCKS,
                 "max_blocks": MAX_BLOCK_ROWS, "max_points": MAX_POINT_ROWS,
                 "max_pending_events": MAX_PENDING_EVENTS}  # every size: docs/limits.md
@@ -77,6 +78,14 @@ class ManagerConfig:
     - `pool_pages`: real pages per pool (the NULL page comes on top), a
       mapping of pool name to count; pools not named get
       `default_pool_pages`.  Pools are static.
+    - `shared_pages`: one block space of that many real pages (the NULL page
+      on top) from which every pool draws its pages when it needs them, as
+      an engine's cache groups draw blocks from one pool (vLLM): a page id
+      is a block of the space, held by one pool at a time, and eviction
+      frees blocks for whichever pool needs them.  Each layout pool is then
+      its own page pool (a block is one pool's page), and `pool_pages` caps
+      a pool's pages (its admission cap; pools not named may take the whole
+      space), never splits the space.  None (the default): static pools.
     - `max_requests`: admission cap on requests in flight.
     - `max_request_tokens`: admission cap on one request's tokens (prompt and
       decoded); bounds every per-request table.
@@ -126,6 +135,7 @@ class ManagerConfig:
 
     pool_pages: dict[str, int] = attrs.field(factory=dict)
     default_pool_pages: int = DEFAULT_POOL_PAGES
+    shared_pages: int | None = None
     max_requests: int = DEFAULT_MAX_REQUESTS
     max_request_tokens: int = DEFAULT_MAX_REQUEST_TOKENS
     max_blocks: int | None = None
@@ -158,13 +168,18 @@ class ManagerConfig:
                   ("max_request_tokens", self.max_request_tokens), ("retain_every_blocks", self.retain_every_blocks),
                   ("max_pending_events", self.max_pending_events),
                   *[(f"pool_pages[{k}]", v) for k, v in self.pool_pages.items()],
-                  *[(k, v) for k, v in (("max_blocks", self.max_blocks), ("max_points", self.max_points))
-                    if v is not None]]
+                  *[(k, v) for k, v in (("max_blocks", self.max_blocks), ("max_points", self.max_points),
+                                        ("shared_pages", self.shared_pages)) if v is not None]]
         for key, value in counts:
             upper = UPPER_BOUNDS[key.split("[")[0]]  # every count has one
             if not _int_in(value, 1, upper):
                 raise ConfigError(f"expected an integer in [1, {upper:,}], got {value!r}", source="ManagerConfig",
                                   key=key)
+        over = {k: v for k, v in self.pool_pages.items() if self.shared_pages is not None and v > self.shared_pages}
+        if over:
+            raise ConfigError(f"a pool's cap of {min(over.values()):,} pages is more than the {self.shared_pages:,} "
+                              f"pages of the shared space ({', '.join(sorted(over))})", source="ManagerConfig",
+                              key="pool_pages")
         shift = self.evict_slack_shift
         if shift is not None and not _int_in(shift, 0, 62):
             raise ConfigError(f"expected None or an integer in [0, 63), got {shift!r}", source="ManagerConfig",
@@ -203,5 +218,9 @@ class ManagerConfig:
         return self.max_metadata_bytes if self.max_metadata_bytes is not None else default_metadata_limit()
 
     def pages_of(self, pool: str) -> int:
-        """Real pages of the pool called `pool` (the NULL page not counted)."""
-        return self.pool_pages.get(pool, self.default_pool_pages)
+        """Real pages of the pool called `pool` (the NULL page not counted): with a shared space, its cap."""
+        return self.pool_pages.get(pool, self.default_pool_pages if self.shared_pages is None else self.shared_pages)
+
+    def slots_of(self, pool: str) -> int:
+        """Page ids of the pool called `pool` (the NULL page not counted): the shared space's, or its own."""
+        return self.pages_of(pool) if self.shared_pages is None else self.shared_pages

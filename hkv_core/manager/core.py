@@ -65,7 +65,8 @@ class Core:
         self.limits = Limits.of(layout, config, lanes)
         self.metadata = footprint.checked(layout, config, lanes, self.limits)  # MetadataTooLarge before any table
         self.requests = RequestTable(config.max_requests)
-        self.objects = PagePools(lanes, self.tables, self.requests, events_fired(lanes))
+        self.objects = PagePools(lanes, self.tables, self.requests, events_fired(lanes),
+                                 shared_space=config.shared_pages is not None)
         self.pools = self.objects.pools
         self.member = {m.name: pool for pool in self.pools for m in pool.spec.members}
         log = EventLog(config.max_pending_events, layout.block_tokens) if config.kv_events else None

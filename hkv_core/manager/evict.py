@@ -72,14 +72,18 @@ def _chunk_units(core: Core, walk: Walk, chunk: Blocks, live: NDArray[np.bool_])
     walk.block_pos.append(b_pos)
     walk.units += len(points) + len(dropped)
     refs = [r for role in core.roles for r in role.refs(points, p_pos, dropped, b_pos)]
+    pools = len(core.pools)
     if refs:
         objs, at = np.concatenate([r[0] for r in refs]), np.concatenate([r[1] for r in refs])
         freed, pos = _freed(walk, core.objects, objs, at)
-        pools = core.objects.pool[freed]
-        for p in range(len(core.pools)):
-            walk.freed[p].append(pos[pools == p])
-    walk.freed[len(core.pools)].append(b_pos)
-    walk.freed[len(core.pools) + 1].append(p_pos)
+        of_pool = core.objects.pool[freed]
+        for p in range(pools):
+            walk.freed[p].append(pos[of_pool == p])
+        for s in range(len(core.objects.spaces)):  # one space for every pool: each freed object frees a page
+            walk.freed[pools + s].append(pos)
+    spaces = len(core.objects.spaces)
+    walk.freed[pools + spaces].append(b_pos)
+    walk.freed[pools + spaces + 1].append(p_pos)
 
 
 def _freed(walk: Walk, pool: PagePools, objs: NDArray[np.int32], at: Index) -> tuple[Index, Index]:
@@ -151,13 +155,23 @@ def _apply(core: Core, walk: Walk, cut: int | None, max_units: int | None) -> in
     return len(points) + len(blocks)
 
 
+def resources(core: Core) -> int:
+    """Resources eviction frees: each page pool's objects, each shared space's pages, block rows, point rows."""
+    return len(core.pools) + len(core.objects.spaces) + 2
+
+
 def _needs(core: Core, pages: list[int], blocks: int, points: int, slack: bool) -> list[int]:
-    """What must be freed per resource (page pools, block rows, point rows), with the low-water margin."""
+    """What must be freed per resource (page pools, shared spaces, block rows, point rows), with the low-water
+    margin on each resource that is short."""
     shift = core.config.evict_slack_shift
-    frees = [p.free_count for p in core.pools] + [core.index.blocks.available(), core.index.points.available()]
-    sizes = [p.size for p in core.pools] + [core.index.blocks.capacity, core.index.points.capacity]
+    spaces = core.objects.spaces
+    frees = ([p.own_free for p in core.pools] + [s.count for s in spaces]
+             + [core.index.blocks.available(), core.index.points.available()])
+    sizes = ([p.size for p in core.pools] + [s.slots - 1 for s in spaces]
+             + [core.index.blocks.capacity, core.index.points.capacity])
     out = []
-    for need, free, size in zip([*pages, blocks, points], frees, sizes, strict=True):
+    wanted = [*pages, *(sum(pages) for _ in spaces), blocks, points]
+    for need, free, size in zip(wanted, frees, sizes, strict=True):
         short = need - free
         out.append(short + (size >> shift if slack and shift is not None else 0) if short > 0 else 0)
     return out
@@ -179,7 +193,7 @@ def evict_for(core: Core, pages: list[int], blocks: int, points: int) -> list[in
 
 def evict_all(core: Core, max_units: int | None = None) -> int:
     """Evict unpinned units in eviction order (all of them, or the first `max_units`)."""
-    walk = _walk(core, [0] * (len(core.pools) + 2), max_units)
+    walk = _walk(core, [0] * resources(core), max_units)
     if not walk.units:
         return 0
     return _apply(core, walk, None, max_units)

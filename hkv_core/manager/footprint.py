@@ -82,7 +82,7 @@ def estimate_device_bytes(layout: Layout, config: ManagerConfig, *, padding: boo
     an unknown pool).  `padding`: add each pool's alignment, as CudaExecutor over-allocates."""
     lanes = build_lanes(layout, config)
     roles = {spec.name: lane.role.value for lane in lanes for spec in lane.members}
-    bindings = [PoolBinding(spec=spec, pages=config.pages_of(spec.name) + 1) for spec in managed_pools(layout, config)]
+    bindings = [PoolBinding(spec=spec, pages=config.slots_of(spec.name) + 1) for spec in managed_pools(layout, config)]
     return device_estimate(bindings, padding=padding, roles=roles)
 
 
@@ -94,7 +94,7 @@ def metadata_of(layout: Layout, config: ManagerConfig, lanes: tuple[LaneSpec, ..
     blocks, points = limits.block_rows, limits.point_rows
     tables = {
         "objects": OBJECT_BYTES * object_count(lanes),
-        "pages": sum(PAGE_BYTES * lane.pages - 8 for lane in lanes),  # the free stacks skip the NULL page
+        "pages": sum(PAGE_BYTES * max(lane.pages, lane.slots) - 8 for lane in lanes),  # free stacks skip NULL
         "block table": (BLOCK_ROW_BYTES + REF_BYTES * prefix_columns) * blocks,
         "resume-point table": (POINT_ROW_BYTES + REF_BYTES * point_refs) * points,
         "key table": KEY_SLOT_BYTES * limits.key_table_slots,

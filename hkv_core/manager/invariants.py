@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 
 from hkv_core.manager.core import Core
 from hkv_core.manager.index import NO_BLOCK, NO_POINT
-from hkv_core.manager.page_pools import NO_OWNER, NULL_OBJECT, PagePools
+from hkv_core.manager.page_pools import NO_OWNER, NULL_OBJECT, PagePools, PoolSlots, SlotSpace
 from hkv_core.manager.requests import RequestState
 from hkv_core.manager.roles.base import NEVER_FULL
 from hkv_core.spec.names import State
@@ -209,18 +209,67 @@ def _listed(core: Core, req: RequestState) -> set[int]:
     return found
 
 
+def _spaces(core: Core) -> list[tuple[SlotSpace, tuple[PoolSlots, ...], str]]:
+    """Each block space, the pools drawing from it, and its name for messages."""
+    found: dict[int, tuple[SlotSpace, list[PoolSlots]]] = {}
+    for pool in core.objects.pools:
+        found.setdefault(id(pool.space), (pool.space, []))[1].append(pool)
+    return [(space, tuple(pools), pools[0].name if len(pools) == 1 else "the shared block space")
+            for space, pools in found.values()]
+
+
+def _holders(space: SlotSpace, pools: tuple[PoolSlots, ...]) -> NDArray[np.int64]:
+    """Per block of `space`: how many pools' page maps name an object there."""
+    counts: NDArray[np.int64] = np.zeros(space.slots, np.int64)
+    for pool in pools:
+        counts += pool.slot_object != NULL_OBJECT
+    counts[0] = 0  # the NULL page
+    return counts
+
+
+def blocks_exclusive(core: Core) -> list[str]:
+    """In every block space a block is held by at most one pool's object, and a held block is never free."""
+    out = []
+    for space, pools, name in _spaces(core):
+        held = _holders(space, pools)
+        out += [f"{name}: block {b} is held by {held[b]} pools at once" for b in np.flatnonzero(held > 1)[:4]]
+        free = space.free[:space.count]
+        out += [f"{name}: block {b} is free and held" for b in free[held[free] > 0][:4].tolist()]
+    return out
+
+
+def freed_blocks_unreachable(core: Core) -> list[str]:
+    """Every object the index refers to, a lease pins or a copy pins still holds its block: the block maps back
+    to it in its own pool, no other pool holds it, and it is not free."""
+    o, out = core.objects, []
+    reached = np.flatnonzero((o.holders > 0) | (o.leases > 0) | (o.copies > 0))
+    reached = reached[reached != NULL_OBJECT]
+    for space, pools, _ in _spaces(core):
+        held, free = _holders(space, pools), np.zeros(space.slots, np.bool_)
+        free[space.free[:space.count]] = True
+        for pool in pools:
+            mine = reached[o.pool[reached] == pool.index]
+            pages = o.slot[mine]
+            lost = (pages == NULL_OBJECT) | (pool.slot_object[pages] != mine) | free[pages] | (held[pages] > 1)
+            out += [f"{_name(o, b)} is reachable but its block {o.slot[b]} was freed or handed on"
+                    for b in mine[lost][:4].tolist()]
+    return out
+
+
 def no_slot_leak(core: Core) -> list[str]:
     o = core.objects
     out = _rows_accounted(core) + _lru_order(core)
     absent = _in(o, (State.FREE,))
-    for pool in o.pools:
-        pages = pool.free_slots[:pool.free_slot_count]
-        held = np.zeros(pool.size + 1, np.bool_)
-        held[o.slot[(o.pool == pool.index) & (o.slot != NULL_OBJECT)]] = True
-        listed = np.zeros(pool.size + 1, np.bool_)
+    for space, pools, name in _spaces(core):
+        pages = space.free[:space.count]
+        held = np.zeros(space.slots, np.bool_)
+        for pool in pools:
+            held[o.slot[(o.pool == pool.index) & (o.slot != NULL_OBJECT)]] = True
+        listed = np.zeros(space.slots, np.bool_)
         listed[pages] = True
         if len(np.unique(pages)) != len(pages) or np.any(held & listed) or not np.all((held | listed)[1:]):
-            out.append(f"{pool.name}: free pages and held pages do not partition the pool")
+            out.append(f"{name}: free pages and held pages do not partition the pool")
+    for pool in o.pools:
         ids = pool.free_objects[:pool.free_object_count]
         mine = np.flatnonzero(absent & (o.pool == pool.index))
         if len(ids) != len(mine) or set(ids.tolist()) != set(mine.tolist()):
@@ -392,7 +441,8 @@ def live_chains_indexed(core: Core) -> list[str]:
 INVARIANTS: Mapping[str, Check] = MappingProxyType({
     f.__name__: f for f in (copy_endpoints_pinned, pinned_never_freed, lease_versions_current,
                             lease_covers_object_set, draft_isolation, publish_only_when_complete,
-                            immutable_when_frozen, slot_single_owner, no_slot_leak, refcount_matches_leases,
+                            immutable_when_frozen, slot_single_owner, no_slot_leak, blocks_exclusive,
+                            freed_blocks_unreachable, refcount_matches_leases,
                             tier_loads_pinned, snapshots_unshared, references_counted,
                             referenced_objects_indexable, index_closed,
                             live_chains_indexed, ahead_never_published)})

@@ -48,7 +48,9 @@ ROLE_OF: dict[tuple[ObjectKind, EntryKind], PoolRole] = {
 class LaneSpec:
     """One page pool: its member pools (same page ids), role, lifecycle kind and geometry.
 
-    `pages` counts the NULL page; `tokens_per_page` and `compress_ratio` are
+    `pages` counts the NULL page (the objects it may hold: with a shared
+    block space, its cap); `slots` its page ids, NULL included (the shared
+    space's, else `pages`); `tokens_per_page` and `compress_ratio` are
     the members' (equal within a prefix page pool); `window_tokens` is the
     members' window (window pools) and 0 otherwise.
     """
@@ -63,6 +65,7 @@ class LaneSpec:
     entries_per_page: int
     compress_ratio: int
     window_tokens: int
+    slots: int
 
     @property
     def member_names(self) -> tuple[str, ...]:
@@ -110,7 +113,8 @@ def build_lanes(layout: Layout, config: ManagerConfig) -> tuple[LaneSpec, ...]:
         role = ROLE_OF[(spec.object_kind, spec.entry_kind)]
         window = layout.group(spec.group_name).window_tokens
         _check_geometry(spec, role, layout.block_tokens)
-        groups.setdefault(_lane_key(spec, role, config.pages_of(spec.name), window), []).append(spec)
+        key = (spec.name,) if config.shared_pages else _lane_key(spec, role, config.pages_of(spec.name), window)
+        groups.setdefault(key, []).append(spec)  # in a shared space a block is one pool's page: no lanes merge
     lanes = []
     for index, members in enumerate(groups.values()):
         first = members[0]
@@ -121,7 +125,7 @@ def build_lanes(layout: Layout, config: ManagerConfig) -> tuple[LaneSpec, ...]:
                               tokens_per_page=first.tokens_per_page, entries_per_page=first.entries_per_page,
                               compress_ratio=first.compress_ratio,
                               window_tokens=layout.group(first.group_name).window_tokens
-                              if role is PoolRole.WINDOW else 0))
+                              if role is PoolRole.WINDOW else 0, slots=config.slots_of(first.name) + 1))
     return tuple(lanes)
 
 

@@ -302,9 +302,10 @@ class CacheManager:
     # ------------------------------------------------------------------ plans and executors
 
     def bindings(self) -> tuple[PoolBinding, ...]:
-        """Every pool an executor allocates, in layout order, sized like its page pool (NULL page included)."""
+        """Every pool an executor allocates, in layout order, sized like its page pool's page ids (NULL page
+        included; with a shared block space, every block of the space)."""
         core = self.core
-        return tuple(PoolBinding(spec=spec, pages=core.member[spec.name].spec.pages)
+        return tuple(PoolBinding(spec=spec, pages=core.member[spec.name].spec.slots)
                      for spec in managed_pools(core.layout, core.config))
 
     @_locked

@@ -21,7 +21,14 @@ Index = NDArray[np.intp]
 class FreePages(Protocol):
     """One page pool's free-page count (what guard `slot_available` reads)."""
 
-    free_slot_count: int
+    @property
+    def free_slot_count(self) -> int: ...
+
+
+class FreeSpace(Protocol):
+    """A block space several pools draw from: its free-page count."""
+
+    count: int
 
 
 class ObjectTable(Protocol):
@@ -36,6 +43,9 @@ class ObjectTable(Protocol):
 
     @property
     def runs(self) -> tuple[Index, Sequence[tuple[FreePages, Index]]] | None: ...
+
+    @property
+    def spaces(self) -> Sequence[FreeSpace]: ...
 
     @property
     def owner(self) -> NDArray[np.int32]: ...

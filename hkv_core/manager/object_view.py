@@ -35,12 +35,16 @@ class ObjectView:
         return self._owners
 
     def slot_available(self) -> bool:
-        """Each pool has a free page for every one of its objects in the step."""
+        """Each pool's space has a free page for every one of the step's objects that draws from it."""
         p = self.pools
         runs = p.runs
         if runs is not None and runs[0] is self.objs:  # the step's split by pool is known (reserve): no counting
-            return all(part.size <= pool.free_slot_count for pool, part in runs[1])
+            if not p.spaces:
+                return all(part.size <= pool.free_slot_count for pool, part in runs[1])
+            return sum(part.size for _, part in runs[1]) <= p.spaces[0].count  # one space for all
         wanted = np.bincount(p.pool[self.objs], minlength=len(p.pools))
+        if p.spaces:
+            return int(wanted.sum()) <= p.spaces[0].count
         free = np.array([pool.free_slot_count for pool in p.pools])
         return bool(all_true(wanted <= free))
 

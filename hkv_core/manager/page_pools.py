@@ -59,15 +59,42 @@ def _push(stack: NDArray[np.int32], top: int, ids: NDArray[np.integer]) -> int:
     return top + n
 
 
-class PoolSlots:
-    """One page pool's device pages and object ids: its spec, page -> object map and free stacks."""
+class SlotSpace:
+    """Device pages (block ids 1 .. slots - 1; 0 is the NULL page) and the stack of the free ones, from which
+    one pool draws (its own space) or every pool of a manager does (`ManagerConfig.shared_pages`: a block is
+    one pool's page at a time, and a freed block may be taken next by any pool)."""
 
-    def __init__(self, spec: LaneSpec, base: int) -> None:
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self.free = np.arange(slots - 1, 0, -1, dtype=np.int32)  # a stack: pop gives low ids first
+        self.count = slots - 1
+
+    def pop(self, count: int) -> NDArray[np.int32]:
+        """The `count` lowest free pages, taken."""
+        top = self.count
+        self.count = top - count
+        return self.free[top - count:top][::-1].copy()
+
+    def push(self, pages: NDArray[np.integer]) -> None:
+        self.count = _push(self.free, self.count, pages)
+
+    def clone(self) -> SlotSpace:
+        twin = object.__new__(SlotSpace)
+        twin.__dict__.update(self.__dict__)
+        twin.free = self.free.copy()
+        return twin
+
+
+class PoolSlots:
+    """One page pool's device pages and object ids: its spec, page -> object map, its slot space (its own, or
+    the manager's shared one) and its free object ids."""
+
+    def __init__(self, spec: LaneSpec, base: int, space: SlotSpace | None = None) -> None:
         n = spec.pages
         self.spec, self.index, self.base, self.size = spec, spec.index, base, n - 1
-        self.slot_object = np.zeros(n, np.int32)  # device page -> global object (NULL_OBJECT: none)
-        self.free_slots = np.arange(n - 1, 0, -1, dtype=np.int32)  # stack of pages: pop gives low ids first
-        self.free_slot_count = n - 1
+        self.space = SlotSpace(spec.slots) if space is None else space
+        self.shared = space is not None  # draws its pages from a space other pools draw from too
+        self.slot_object = np.zeros(spec.slots, np.int32)  # device page -> global object (NULL_OBJECT: none)
         self.free_objects = np.arange(base + n - 2, base - 1, -1, dtype=np.int32)  # global ids, low first
         self.free_object_count = n - 1
 
@@ -76,26 +103,37 @@ class PoolSlots:
         return self.spec.name
 
     @property
+    def free_slot_count(self) -> int:
+        """Free pages of the pool's space (shared: free for any pool of it)."""
+        return self.space.count
+
+    @property
     def free_count(self) -> int:
         """Objects that can be reserved now (a free object id and a free page each)."""
-        return min(self.free_object_count, self.free_slot_count)
+        return min(self.free_object_count, self.space.count)
+
+    @property
+    def own_free(self) -> int:
+        """What this pool alone can still take: its free object ids (the space's pages counted apart) when its
+        space is shared, else `free_count`."""
+        return self.free_object_count if self.shared else self.free_count
 
     def pop_slots(self, count: int) -> NDArray[np.int32]:
-        """The `count` lowest free pages, taken."""
-        top = self.free_slot_count
-        self.free_slot_count = top - count
-        return self.free_slots[top - count:top][::-1].copy()
+        """The `count` lowest free pages of the space, taken."""
+        return self.space.pop(count)
 
     def push_slots(self, pages: NDArray[np.integer]) -> None:
-        self.free_slot_count = _push(self.free_slots, self.free_slot_count, pages)
+        self.space.push(pages)
 
     def push_objects(self, objs: NDArray[np.integer]) -> None:
         self.free_object_count = _push(self.free_objects, self.free_object_count, objs)
 
-    def clone(self) -> PoolSlots:
+    def clone(self, space: SlotSpace | None = None) -> PoolSlots:
+        """A copy; its space is `space` (a shared space's clone, made once for all its pools) or its own's."""
         twin = object.__new__(PoolSlots)
         twin.__dict__.update(self.__dict__)
-        for name in ("slot_object", "free_slots", "free_objects"):
+        twin.space = space if space is not None else self.space.clone()
+        for name in ("slot_object", "free_objects"):
             setattr(twin, name, getattr(self, name).copy())
         return twin
 
@@ -104,14 +142,18 @@ class PagePools:
     """Objects and device slots of every page pool; see the module docstring."""
 
     def __init__(self, lanes: tuple[LaneSpec, ...], tables: dict[str, KindTable], requests: RequestTable,
-                 fired: dict[int, tuple[Event, ...]]) -> None:
+                 fired: dict[int, tuple[Event, ...]], shared_space: bool = False) -> None:
         """`fired[pool]`: the events the manager fires on that pool's objects (its role's), checked against the
-        spec here: SpecError when the pool's kind does not declare one."""
+        spec here: SpecError when the pool's kind does not declare one.  `shared_space`: every pool draws its
+        pages from one space of `lanes[0].slots` page ids (all lanes have that many)."""
+        assert not shared_space or len({lane.slots for lane in lanes}) == 1, "one space: one size"
         kinds = tuple(dict.fromkeys(lane.kind for lane in lanes))
         self.codes = Codes.of(tables, kinds)
         self.requests = requests
         bases = np.cumsum([1] + [lane.pages - 1 for lane in lanes])
-        self.pools = tuple(PoolSlots(lane, int(b)) for lane, b in zip(lanes, bases, strict=False))
+        shared = SlotSpace(lanes[0].slots) if shared_space else None
+        self.pools = tuple(PoolSlots(lane, int(b), shared) for lane, b in zip(lanes, bases, strict=False))
+        self.spaces: tuple[SlotSpace, ...] = (shared,) if shared is not None else ()  # drawn from by every pool
         n = int(bases[-1])
         kind = np.array([kinds.index(lane.kind) for lane in lanes], np.intp)
         self.pool = np.concatenate([[0], np.repeat(np.arange(len(lanes)), [lane.pages - 1 for lane in lanes])])
@@ -311,7 +353,7 @@ class PagePools:
         """The take_slot effect: the lowest free pages of each object's pool become their placements."""
         for pool, part in self.by_pool(objs):
             assert part.size <= pool.free_slot_count, "guard slot_available precedes take_slot"
-            pages = pool.pop_slots(part.size)
+            pages = pool.pop_slots(part.size)  # (several pools of one shared space: the guard counted them all)
             self.slot[part] = pages
             pool.slot_object[pages] = part
 
@@ -384,7 +426,9 @@ class PagePools:
         for name, value in self.__dict__.items():
             if isinstance(value, np.ndarray):
                 setattr(twin, name, value.copy())
-        twin.pools = tuple(p.clone() for p in self.pools)
+        twin.spaces = tuple(space.clone() for space in self.spaces)
+        shared = twin.spaces[0] if twin.spaces else None
+        twin.pools = tuple(p.clone(shared) for p in self.pools)
         twin.requests = requests
         return twin
 

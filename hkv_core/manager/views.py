@@ -131,7 +131,7 @@ def snapshot(core: Core) -> tuple[Any, ...]:
     o = core.objects
     pools = (o.code.tobytes(), o.version.tobytes(), o.leases.tobytes(), o.copies.tobytes(), o.holders.tobytes(),
              o.owner.tobytes(), o.slot.tobytes(), o.full_token.tobytes(), o.row_token.tobytes(),
-             tuple((p.free_slots[:p.free_slot_count].tobytes(), p.free_objects[:p.free_object_count].tobytes())
+             tuple((p.space.free[:p.space.count].tobytes(), p.free_objects[:p.free_object_count].tobytes())
                    for p in core.pools))
     b, pt = core.index.blocks, core.index.points
     live, kept = np.flatnonzero(b.state != b.s_free), np.flatnonzero(pt.state != pt.s_free)

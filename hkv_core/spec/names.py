@@ -79,6 +79,8 @@ INVARIANT_NAMES: frozenset[str] = frozenset(
         "immutable_when_frozen",
         "slot_single_owner",
         "no_slot_leak",
+        "blocks_exclusive",
+        "freed_blocks_unreachable",
         "refcount_matches_leases",
         "tier_loads_pinned",
         "snapshots_unshared",

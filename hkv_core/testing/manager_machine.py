@@ -735,6 +735,7 @@ class ManagerMachine(DraftRules, AheadRules, RuleBasedStateMachine):
         self.model.clear()
         broken = check_invariants(m)
         assert broken == [], "after releasing every request:\n" + "\n".join(broken)
+        in_use = 0
         for name, pages in self.pool_pages.items():
             view = m.pages(name)
             assert not np.any(view.leases) and not np.any(view.copies) and all(o is None for o in view.owners), \
@@ -742,8 +743,13 @@ class ManagerMachine(DraftRules, AheadRules, RuleBasedStateMachine):
             used = np.array([s != "FREE" for s in view.states])
             used[0] = False  # the NULL page
             assert np.all(view.holders[used] > 0), f"{name}: pages in use that the index does not hold"
-            assert m.free_pages(name) + int(np.count_nonzero(used)) == pages - 1, \
-                f"{name}: {pages - 1 - m.free_pages(name)} pages in use, {np.count_nonzero(used)} held by the index"
+            in_use += int(np.count_nonzero(used))
+            if self.config.shared_pages is None:
+                assert m.free_pages(name) + int(np.count_nonzero(used)) == pages - 1, \
+                    f"{name}: {pages - 1 - m.free_pages(name)} in use, {np.count_nonzero(used)} held by the index"
+        if self.config.shared_pages is not None:  # one space: every pool's pages in use and its free ones
+            free = m.core.objects.spaces[0].count
+            assert free + in_use == self.config.shared_pages, f"shared space: {free} free, {in_use} in use"
         m.evict()
         assert m.index_counts() == {"blocks": 0, "points": 0, "keys": 0}, \
             f"evict() left entries in the index: {m.index_counts()}"

@@ -2,11 +2,13 @@
 
 import functools
 from pathlib import Path
+from types import MappingProxyType
 
 import attrs
 import pytest
 
 from hkv_core.checker import CheckConfig, CheckResult, check
+from hkv_core.checker import effects as effects_module
 from hkv_core.checker.effects import EFFECTS
 from hkv_core.checker.explore import Explorer, Parents, seed_worlds
 from hkv_core.checker.invariants import INVARIANTS
@@ -164,6 +166,8 @@ BROKEN = [
            '"drop_references", "bump_version"', "no_slot_leak", SMALL),
     Broken("evict a referenced page", EVICT, 'event = "evict", dest = "FREE", guards = ["unpinned"]',
            "referenced_objects_indexable", SMALL),
+    Broken("free the block of a referenced page", EVICT, 'event = "evict", dest = "FREE", guards = ["unpinned"]',
+           "freed_blocks_unreachable", SMALL),
     Broken("drop a block under a kept point", BLOCK_DROP,
            'guards = ["no_children", "not_chain_tail"], effects = ["drop_references", ', "index_closed", SMALL),
     Broken("keep a point without its block", 'event = "keep", dest = "KEPT", guards = ["block_indexed"]',
@@ -225,8 +229,33 @@ def test_reference_drop_is_all_or_nothing(tmp_path: Path) -> None:
     assert "drop(p0.resume_point" in labels and "drop(p0.block" not in labels
 
 
+def _take_slot_kept_free(topo, move, s, actor):
+    """take_slot that leaves the block on the free list: the next reservation, of any kind, takes it too."""
+    slot = (move.free_slots & -move.free_slots).bit_length() - 1
+    return effects_module._edit(move, s, slot=slot)
+
+
+# Broken effects: mistakes in the bookkeeping code rather than in the spec (the spec names the effect; what the
+# effect does is code).  Each: (name, effect name, broken implementation, the invariant it must break).
+BROKEN_EFFECTS = [
+    ("hand one block to two kinds", "take_slot", _take_slot_kept_free, "blocks_exclusive"),
+]
+
+
+@pytest.mark.parametrize(("name", "effect", "broken", "invariant"), BROKEN_EFFECTS, ids=[b[0] for b in BROKEN_EFFECTS])
+def test_broken_effect_is_caught_with_a_trace(monkeypatch: pytest.MonkeyPatch, name, effect, broken,
+                                              invariant) -> None:
+    config = attrs.evolve(SMALL, device_kinds=("compressed_kv", "swa_window"))  # two kinds share the space
+    assert _clean(config).violations == ()
+    monkeypatch.setattr(effects_module, "EFFECTS", MappingProxyType({**EFFECTS, effect: broken}))
+    result = check(load_lifecycle(), attrs.evolve(config, stop_on_violation=True))
+    found = {v.invariant: v for v in result.violations}
+    assert invariant in found, (name, sorted(found))
+    assert found[invariant].trace
+
+
 def test_every_invariant_is_shown_able_to_fail() -> None:
-    shown = {b.invariant for b in BROKEN}
+    shown = {b.invariant for b in BROKEN} | {b[3] for b in BROKEN_EFFECTS}
     assert shown == INVARIANT_NAMES
 
 

@@ -20,9 +20,9 @@ from hkv_core.checker.impl import ImplCheckConfig, check_implementation
 from hkv_core.manager import allocate, evict
 from hkv_core.manager import release as release_verb
 from hkv_core.manager.core import Core
-from hkv_core.manager.page_pools import PagePools
+from hkv_core.manager.page_pools import PagePools, SlotSpace
 from hkv_core.manager.requests import RequestState
-from hkv_core.manager.roles import PrefixRole, Role, TailRole
+from hkv_core.manager.roles import Moves, PrefixRole, Role, TailRole, WindowRole
 from hkv_core.spec.names import Event
 
 SMALL = ImplCheckConfig(max_depth=5)
@@ -279,3 +279,45 @@ def test_targets_settling_before_their_load_are_refused_by_their_guard(monkeypat
     monkeypatch.setattr(TierLoads, "settle", lambda self, plan_id, ok: None)
     found = dict(check_implementation(attrs.evolve(SMALL, max_depth=4, stop_on_violation=True)).violations)
     assert "failed_call_changed_state" in found, sorted(found)
+
+
+# ----------------------------------------------------------- one block space shared by every pool
+
+SHARED = ImplCheckConfig(shared_pages=20, max_depth=5)
+
+
+def test_the_shared_block_space_is_explored_cleanly_and_reaches_every_reachable_step() -> None:
+    """tiny_csa's five pools drawing their pages from one space of 20 (as vLLM's groups share one block pool):
+    eviction frees blocks for whichever pool needs them, and every step reached with static pools is reached."""
+    result = check_implementation(attrs.evolve(SHARED, max_depth=6))
+    assert result.violations == () and result.states_explored >= 10_000
+    assert set(result.transitions_missed) == UNREACHABLE_ON_TINY_CSA
+    assert result.failed_calls > 0  # a full space refuses an allocation, changing nothing
+
+
+def test_a_space_that_hands_one_block_to_two_pools_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Broken variant: the shared space gives out its lowest free block without taking it off the free list,
+    so the next reservation, of another pool, is handed the same block."""
+    def pop_without_taking(self: SlotSpace, count: int) -> NDArray[np.int32]:
+        return self.free[self.count - count:self.count][::-1].copy()
+
+    monkeypatch.setattr(SlotSpace, "pop", pop_without_taking)
+    found = dict(check_implementation(attrs.evolve(SHARED, stop_on_violation=True)).violations)
+    assert "blocks_exclusive" in found, sorted(found)
+
+
+def test_a_slide_that_frees_a_kept_points_block_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Broken variant: the window slide gives back to the space the blocks of pages a kept resume point
+    still holds (it only unpins them), so the next pool to reserve overwrites what a hit would read."""
+    real = WindowRole.slide
+
+    def slide(self: WindowRole, req: RequestState, pending: list[int], moves: Moves) -> None:
+        real(self, req, pending, moves)
+        for objs in moves.objs.get(Event.UNPIN, []):
+            held = objs[self.objects.holders[objs] > 0]
+            if held.size:
+                self.pools[0].push_slots(self.objects.slot[held])
+
+    monkeypatch.setattr(WindowRole, "slide", slide)
+    found = dict(check_implementation(attrs.evolve(SHARED, stop_on_violation=True)).violations)
+    assert "freed_blocks_unreachable" in found, sorted(found)

@@ -73,7 +73,7 @@ def frozen(o: PagePools) -> tuple[Any, ...]:
     """Everything a step may change (scratch aside), copied."""
     arrays = tuple((k, v.tobytes()) for k, v in sorted(o.__dict__.items())
                    if isinstance(v, np.ndarray) and k not in SCRATCH)
-    pools = tuple((p.slot_object.tobytes(), p.free_slots[:p.free_slot_count].tobytes(), p.free_slot_count,
+    pools = tuple((p.slot_object.tobytes(), p.space.free[:p.free_slot_count].tobytes(), p.free_slot_count,
                    p.free_objects[:p.free_object_count].tobytes(), p.free_object_count) for p in o.pools)
     return arrays, pools, o.clock
 
@@ -126,9 +126,9 @@ def test_reserve_hands_out_the_lowest_ids_and_pages_first() -> None:
 
 def test_the_check_catches_pages_handed_out_highest_first(monkeypatch: pytest.MonkeyPatch) -> None:
     def highest_first(self: PoolSlots, count: int) -> NDArray[np.int32]:
-        top = self.free_slot_count
-        self.free_slot_count = top - count
-        return self.free_slots[top - count:top].copy()
+        top = self.space.count
+        self.space.count = top - count
+        return self.space.free[top - count:top].copy()
 
     monkeypatch.setattr(PoolSlots, "pop_slots", highest_first)
     assert list(lowest_first_problems(make()))
@@ -141,9 +141,9 @@ def test_guard_slot_available_reads_the_free_stacks() -> None:
     assert ObjectView(o, ids(w.base + 3), 0).slot_available()
     assert ObjectView(o, ids(w.base + 3, p.base, p.base + 1, p.base + 2, p.base + 3), 0).slot_available()
     assert not ObjectView(o, ids(w.base + 2, w.base + 3), 0).slot_available(), "two objects, one free page"
-    w.free_slot_count -= 1  # the stack is what the guard reads
+    w.space.count -= 1  # the stack is what the guard reads
     assert not ObjectView(o, ids(w.base + 3), 0).slot_available()
-    w.free_slot_count += 1
+    w.space.count += 1
     reserve(o, {WINDOW: 1})
     assert not ObjectView(o, ids(w.base), 0).slot_available()
     assert ObjectView(o, ids(p.base), 0).slot_available()
@@ -203,7 +203,7 @@ def test_settle_evicts_retires_and_reclaims() -> None:
         "settled again": ["FREE", "PUBLISHED", "FREE", "FREE"],  # reclaimed; the prefix page evicted
     }
     # pages 1, 2, 3 were placed in order: the evicted (1) and reclaimed (3) ones are free again, with 4
-    assert o.slot[w.base + 1] == 2 and sorted(w.free_slots[:w.free_slot_count].tolist()) == [1, 3, 4]
+    assert o.slot[w.base + 1] == 2 and sorted(w.space.free[:w.free_slot_count].tolist()) == [1, 3, 4]
     gone = ids(w.base, w.base + 2, o.pools[PREFIX].base)
     assert np.all(o.version[gone] > versions[gone]) and o.version[w.base + 1] == versions[w.base + 1]
     assert np.all(o.slot[gone] == NULL_OBJECT) and o.leases.sum() == 0

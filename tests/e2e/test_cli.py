@@ -41,8 +41,10 @@ def test_check_json_fields_on_a_small_bound() -> None:
     assert result["bound"]["device_slots"] == 10
     assert result["implementation"]["states_explored"] > 1 and result["implementation"]["violations"] == []
     assert result["implementation"]["bound"]["max_depth"] == 3
-    # one search per layout: tiny_csa (every attention kind) and tiny_linear (a hybrid's recurrent state)
-    assert [i["bound"]["layout"] for i in result["implementations"]] == ["tiny_csa", "tiny_linear"]
+    # one search per layout: tiny_csa (every attention kind), tiny_linear (a hybrid's recurrent state), and
+    # tiny_csa with its pools drawing from one shared block space
+    assert [(i["bound"]["layout"], i["bound"]["shared_pages"]) for i in result["implementations"]] == [
+        ("tiny_csa", None), ("tiny_linear", None), ("tiny_csa", 20)]
     assert result["implementations"][0] == result["implementation"]
     assert all(i["violations"] == [] and i["states_explored"] > 1 for i in result["implementations"])
     assert any(t.startswith("recurrent_state.") for t in result["implementations"][1]["transitions_taken"])
@@ -109,7 +111,7 @@ def test_the_implementation_check_at_its_state_cap_says_truncated() -> None:
     assert result["truncated"] is False and result["implementation"]["truncated"] is True
     assert result["implementation"]["states_explored"] == 30 and result["status"] == "truncated"
     table = hkv("check", "--depth", "0", "--impl-depth", "4", "--impl-max-states", "30")
-    assert table.returncode == 3 and table.stdout.count("TRUNCATED at the state cap") == 2  # each layout's
+    assert table.returncode == 3 and table.stdout.count("TRUNCATED at the state cap") == 3  # each search's
     assert "complete (whole bound)" in table.stdout  # the abstract check, not truncated
 
 

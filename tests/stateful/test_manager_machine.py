@@ -45,6 +45,10 @@ TinyLinear = make_manager_machine("tiny_linear", default_pool_pages=32, retain_e
 # DeepSeek-V4 as vLLM lays it out, shrunk: window pages of two blocks, hits on the LCM of the pages
 V4InVllm = make_manager_machine("engine:v4_in_vllm", default_pool_pages=64, retain_every_blocks=1,
                                 allow_partial_page_copy=False)
+# ... its five groups drawing pages from one shared block space, as vLLM's groups share one block pool
+V4InVllmShared = make_manager_machine("engine:v4_in_vllm:pool_per_group", shared_pages=48, retain_every_blocks=1,
+                                      allow_partial_page_copy=False)
+TinySharedSpace = make_manager_machine("tiny_v4", shared_pages=64, retain_every_blocks=1)
 
 TestTinyRetainEvery1 = bind(TinyRetainEvery1, 0.5)
 TestTinyRetainEvery2 = bind(TinyRetainEvery2, 0.4)
@@ -53,6 +57,8 @@ TestLlamaFull = bind(LlamaFull, 0.8)
 TestSwaFull = bind(SwaFull, 0.5)
 TestTinyLinear = bind(TinyLinear, 0.5)
 TestV4InVllm = bind(V4InVllm, 0.3)
+TestV4InVllmShared = bind(V4InVllmShared, 0.3)
+TestTinySharedSpace = bind(TinySharedSpace, 0.3)
 
 
 # ----------------------------------------------------------- the machine can fail
