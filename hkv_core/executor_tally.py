@@ -1,6 +1,6 @@
 """What both executors share beside the checks: the pools' NumPy dtypes and the copy tallies.
 
-bf16 has no NumPy dtype: its bytes are kept as uint16 (an executor only moves bytes).
+bf16 and fp8 have no NumPy dtype: their bytes are kept as uint16 and uint8 (an executor only moves bytes).
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from hkv_core.plan import Checksum, CopyPages, Op
 
 __all__ = ["NUMPY_DTYPES", "Tally", "pages_moved"]
 
-NUMPY_DTYPES: dict[str, type[np.generic]] = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16}  # bf16: bits
+NUMPY_DTYPES: dict[str, type[np.generic]] = {"fp32": np.float32, "fp16": np.float16, "bf16": np.uint16,  # bf16,
+                                              "fp8": np.uint8}  # fp8: their bits
 
 
 @attrs.define

@@ -9,6 +9,7 @@ benchmarks/bench_vllm_scheduler.py.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -34,12 +35,14 @@ def build_scheduler(scheduler_cls: type, *, num_blocks: int, block_size: int = 1
                     max_num_batched_tokens: int = 8192, max_model_len: int = 2048,
                     enable_prefix_caching: bool = True, windows: tuple[int, ...] = (0,),
                     block_sizes: tuple[int, ...] | None = None, additional_config: dict[str, Any] | None = None,
-                    ) -> Any:
+                    model_layout: Any = None) -> Any:
     """A vLLM scheduler of class `scheduler_cls` over `num_blocks` blocks and one KV cache group per entry of
     `windows`: 0 a full-attention group, else a sliding-window group of that many tokens.  `block_sizes` gives
     each group its own block size (default `block_size` for all); vLLM then schedules in blocks of their LCM
     and hashes in blocks of `block_size`, which must divide them all.  `additional_config` is vLLM's plugin
-    configuration (hkv's options under "hkv": `hkv_vllm.scheduler`)."""
+    configuration (hkv's options under "hkv": `hkv_vllm.scheduler`).  `model_layout` (an
+    `hkv_vllm.model_layouts.ModelLayout`: the KV cache groups vLLM plans for a real model, DeepSeek-V4) replaces
+    `windows` and the block sizes: its groups over `num_blocks` blocks, its scheduler and hash block sizes."""
     import torch
     from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
@@ -56,13 +59,18 @@ def build_scheduler(scheduler_cls: type, *, num_blocks: int, block_size: int = 1
     cache.num_gpu_blocks = num_blocks
     config = VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache,
                         additional_config=additional_config or {})
+    register_all_kvcache_specs(config)
+    if model_layout is not None:
+        kv = dataclasses.replace(model_layout.kv_cache_config, num_blocks=num_blocks)
+        return scheduler_cls(vllm_config=config, kv_cache_config=kv, block_size=model_layout.scheduler_block_size,
+                             hash_block_size=model_layout.hash_block_size, log_stats=True,
+                             structured_output_manager=StructuredOutputManager(config))
     sizes = block_sizes or (block_size,) * len(windows)
     shape = dict(num_kv_heads=1, head_size=1, dtype=torch.float32)
     specs = [SlidingWindowSpec(**shape, block_size=b, sliding_window=w) if w
              else FullAttentionSpec(**shape, block_size=b) for w, b in zip(windows, sizes, strict=True)]
     kv = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
                        kv_cache_groups=[KVCacheGroupSpec([f"layer{i}"], s) for i, s in enumerate(specs)])
-    register_all_kvcache_specs(config)
     return scheduler_cls(vllm_config=config, kv_cache_config=kv, block_size=math.lcm(*sizes),
                          hash_block_size=block_size, log_stats=True,
                          structured_output_manager=StructuredOutputManager(config))

@@ -73,21 +73,18 @@ class HkvKVCacheManager:
         self.vllm_layout: VllmLayout = layout_from_kv_cache_config(kv_cache_config, hash_block_size=block,
                                                                    fine_hits=fine_hits)
         self.fine_hits = fine_hits
-        # vLLM zeroes new blocks of a mixed-precision cache because one block id may pass from a group of one
-        # dtype to a group of another and decode stale bytes as NaN; hkv's split gives each block id to one
-        # group for good (`layout.py`), so no block is read in a dtype other than the one it was written in
-        # (Mamba layers, whose state is read before it is written, are refused with their group).
         self.kv_cache_config, self.max_model_len = kv_cache_config, max_model_len
         self.enable_caching, self.enable_kv_cache_events = enable_caching, enable_kv_cache_events
         self.use_eagle, self.log_stats, self.metrics_collector = use_eagle, log_stats, metrics_collector
         self.prefix_cache_stats = PrefixCacheStats() if log_stats else None
+        # one block space for every group, as vLLM's block pool: each takes blocks when it needs them
         self.hkv = CacheManager(self.vllm_layout.layout, ManagerConfig(
-            pool_pages=self.vllm_layout.pool_pages, max_requests=1 << 16,
+            shared_pages=self.vllm_layout.shared_pages, max_requests=1 << 16,
             max_request_tokens=max(max_model_len, 1) + 1, retain_every_blocks=1,
             allow_partial_page_copy=fine_hits, kv_events=enable_kv_cache_events))
         self.groups = self.vllm_layout.groups
         self.windowed = tuple(g for g in self.groups if g.window)
-        self.blocks = Blocks(kv_cache_config.num_blocks, len(self.groups))
+        self.blocks = Blocks(kv_cache_config.num_blocks)
         self.copies = BlockCopies(self.hkv, self.blocks, self.groups)
         self.entries: dict[str, Entry] = {}
         self.deferred: dict[tuple[int, ...], Entry] = {}  # requests freed by vLLM, their blocks not yet returned
@@ -104,6 +101,11 @@ class HkvKVCacheManager:
         eagle = [g.block_size for g, spec in zip(self.groups, kv_cache_config.kv_cache_groups, strict=True)
                  if spec.is_eagle_group] or [g.block_size for g in self.groups]
         self._eagle_drop_tokens = max(eagle)  # what EAGLE recomputes past a hit: the eagle groups' last block
+        in_flight = max_model_len if max_in_flight_tokens is None else max_in_flight_tokens
+        self._no_caps = [1 << 62] * len(specs)
+        self._admission_caps = [spec.max_admission_blocks_per_request(in_flight, max_model_len) if g.window
+                                and hasattr(spec, "max_admission_blocks_per_request") else 1 << 62
+                                for g, spec in zip(self.groups, specs, strict=True)]  # as vLLM caps admission
 
     # ------------------------------------------------------------------ counts and stats
 
@@ -182,7 +184,8 @@ class HkvKVCacheManager:
         hit_ids = self._adopted_hit(entry, num_new_computed_tokens)
         watermark = self.watermark_blocks if has_scheduled_reqs and _waiting(request) else 0
         full = min(request.num_tokens, self.max_model_len)
-        if full_sequence_must_fit and not self._fits(self._blocks_needed(entry, full, hit_ids), watermark, 0):
+        if full_sequence_must_fit and not self._fits(self._blocks_needed(entry, full, hit_ids, admission=True),
+                                                     watermark, 0):
             return None  # the whole sequence would not fit (reservations constrain only this allocation)
         if not self._fits(self._blocks_needed(entry, target, hit_ids), watermark, reserved_blocks):
             return None
@@ -254,20 +257,20 @@ class HkvKVCacheManager:
                                              f"{entry.hit.tokens if entry.hit else 0}")
         return self._hit_ids(entry.hit)
 
-    def _blocks_needed(self, entry: Entry, tokens: int, hit_ids: list[list[int]]) -> list[int]:
+    def _blocks_needed(self, entry: Entry, tokens: int, hit_ids: list[list[int]],
+                       admission: bool = False) -> list[int]:
         """Per group, the free blocks an allocation to `tokens` takes: new pages, and hit blocks no live request
-        holds."""
+        holds.  `admission` (the whole sequence must fit): a window group needs at most vLLM's admission cap, as
+        its blocks are given back while the sequence is computed (`max_admission_blocks_per_request`)."""
         partial = entry.hit.tokens if entry.hit is not None and any(hit_ids) else 0  # a fine hit's last block: copied
-        return [max(0, -(-tokens // g.block_size) - len(entry.blocks[g.group_id]) - len(ids))
+        caps = self._admission_caps if admission else self._no_caps
+        return [max(0, min(-(-tokens // g.block_size), cap) - len(entry.blocks[g.group_id]) - len(ids))
                 + sum(1 for i in ids if i and self.blocks.by_id[i].ref_cnt == 0) + int(partial % g.block_size > 0)
-                for g, ids in zip(self.groups, hit_ids, strict=True)]
+                for g, ids, cap in zip(self.groups, hit_ids, caps, strict=True)]
 
     def _fits(self, needed: list[int], watermark: int, reserved: int) -> bool:
-        """Every group's need within its free blocks, and all of them with the watermark within the free
-        blocks less those reserved."""
-        held = self.blocks.held_by_group
-        return (all(n <= g.pages - held[g.group_id] for g, n in zip(self.groups, needed, strict=True))
-                and sum(needed) + watermark <= self.block_pool.get_num_free_blocks() - reserved)
+        """Every group's need, with the watermark, within the free blocks less those reserved (one space)."""
+        return sum(needed) + watermark <= self.block_pool.get_num_free_blocks() - reserved
 
     # ------------------------------------------------------------------ commit and free
 
@@ -487,11 +490,8 @@ class HkvKVCacheManager:
         if not isinstance(block_id, int) or not 0 <= block_id < self.blocks.num_blocks:
             raise InvalidArgument(action="evict_blocks", argument="block_ids", value=block_id,
                                   reason=f"not a block id in [0, {self.blocks.num_blocks})")
-        for group in self.groups:
-            if group.offset < block_id <= group.offset + group.pages:
-                state = self.hkv.pages(group.pool, [block_id - group.offset]).states[0]
-                return state in ("PUBLISHED", "RETIRED")
-        return False  # the null block, or a remainder of the split that no group uses
+        states = {self.hkv.pages(group.pool, [block_id]).states[0] for group in self.groups} if block_id else set()
+        return bool(states & {"PUBLISHED", "RETIRED"})  # the group holding it (a block is one group's at a time)
 
     def _forget(self, entry: Entry) -> None:
         self._release(entry)

@@ -7,7 +7,7 @@ the window become the null block; it writes the KV of position i into block
 pool is that list (one page per block; `layout.GroupPool.block_id`).
 `Blocks` holds one `KVCacheBlock` object per vLLM block id with its
 `ref_cnt`: the number of live requests whose lists hold it, as vLLM's own
-block pool counts it, and how many blocks each group has held.
+block pool counts it, and how many blocks live requests hold.
 """
 
 from __future__ import annotations
@@ -44,14 +44,13 @@ class Entry:
 class Blocks:
     """One KVCacheBlock per vLLM block id (0: the null block) and how many are held by live requests."""
 
-    def __init__(self, num_blocks: int, groups: int) -> None:
+    def __init__(self, num_blocks: int) -> None:
         from vllm.v1.core.kv_cache_utils import KVCacheBlock
 
         self.by_id = tuple(KVCacheBlock(block_id=i) for i in range(num_blocks))  # fixed: blocks change, ids not
         self.by_id[0].is_null = True
         self.null = self.by_id[0]
         self.held = 0  # blocks (not the null block) with ref_cnt > 0
-        self.held_by_group = [0] * groups
 
     @property
     def num_blocks(self) -> int:
@@ -94,7 +93,6 @@ class Blocks:
         """One more reference to `block` of `group` (held outside any request: a block copy in flight)."""
         if block.ref_cnt == 0:
             self.held += 1
-            self.held_by_group[group] += 1
         block.ref_cnt += 1
 
     def unref(self, group: int, block: Any) -> None:
@@ -103,4 +101,3 @@ class Blocks:
         assert block.ref_cnt >= 0, block
         if block.ref_cnt == 0:
             self.held -= 1
-            self.held_by_group[group] -= 1

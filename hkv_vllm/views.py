@@ -14,9 +14,9 @@ pool:
 - `coordinator.enable_partial_hash_hits` / `eagle_group_ids` /
   `num_reprefillable_tokens`: False / every group with EAGLE, else () / 0
   (no Mamba groups).
-- `block_pool.get_num_free_blocks()` / `get_usage()`: blocks of the groups'
-  shares no live request holds (hkv's free pages and its evictable cached
-  ones, as vLLM counts its free queue), and the share held.
+- `block_pool.get_num_free_blocks()` / `get_usage()`: blocks no live
+  request holds (hkv's free pages and its evictable cached ones, as vLLM
+  counts its free queue), and the share held.
 - `block_pool.free_blocks(blocks)`: the scheduler's deferred frees (async
   scheduling with a KV connector that receives): the blocks of one request
   `pop_blocks_for_free` handed out, held in hkv until this call.
@@ -119,9 +119,8 @@ class BlockPoolView:
 
     @property
     def capacity(self) -> int:
-        """The blocks the groups' shares hold (`layout.py`; the null block and any remainder of the split
-        are in none)."""
-        return sum(g.pages for g in self._owner.groups)
+        """The blocks every group draws from (`layout.py`): all but the null block."""
+        return self._owner.vllm_layout.shared_pages
 
     def get_num_free_blocks(self) -> int:
         return self.capacity - self._owner.blocks.held

@@ -147,7 +147,7 @@ def _kv_dtype(reader: ConfigReader) -> str:
     key = "dtype" if reader.present("dtype") else "torch_dtype"
     name = reader.string(key, default=DEFAULT_KV_DTYPE)
     dtype = HF_DTYPES.get(name, name)
-    if dtype not in DTYPE_BYTES:
+    if dtype not in HF_DTYPES.values():  # (fp8 is an engine's cache format, never a config's dtype)
         reader.fail(key, f"unsupported dtype {name!r}; known: {sorted(HF_DTYPES)}")
     return dtype
 

@@ -66,7 +66,7 @@ KIND_ORDER: tuple[AttentionKind, ...] = (
 )
 
 # Element sizes of the dtypes pools may use, by short name.
-DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4}
+DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 1}  # fp8: an engine's 8-bit cache (bytes)
 # Hugging Face ``torch_dtype`` / ``dtype`` names -> short names.
 HF_DTYPES: dict[str, str] = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 DEFAULT_KV_DTYPE = "bf16"

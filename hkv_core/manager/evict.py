@@ -48,20 +48,22 @@ class Walk:
     base: int = 0
 
 
-def _chunk_units(core: Core, walk: Walk, chunk: Blocks, live: NDArray[np.bool_]) -> None:
-    """Plan every unit of one chunk of the eviction order (positions continue the walk's)."""
+def _chunk_units(core: Core, walk: Walk, chunk: Blocks, live: NDArray[np.bool_], running: bool = False) -> None:
+    """Plan every unit of one chunk of the eviction order (positions continue the walk's).  The points of
+    blocks on live chains are in use: they are planned last (`running`: a chunk of such blocks, whose points
+    only may go), never in the policy's order, where such a block's place is that of its last release."""
     blocks = core.index.blocks
     pts = blocks.point[chunk]
     has_point = pts != NO_POINT
-    pinned = np.zeros(len(chunk), np.bool_)
+    pinned = np.zeros(len(chunk), np.bool_)  # blocks whose prefix pages a lease pins
     for role in core.roles:
         pinned |= role.blocks_pinned(chunk)
+    point_unit = has_point & (running | ~live[chunk])  # unless a lease pins its tail (a pinned block's may go)
     if has_point.any():
         where = np.flatnonzero(has_point)
         for role in core.roles:
-            pinned[where] |= role.points_pinned(pts[where])
-    point_unit = has_point & ~pinned
-    block_unit = ~live[chunk] & ~pinned
+            point_unit[where] &= ~role.points_pinned(pts[where])
+    block_unit = ~live[chunk] & ~pinned & (point_unit | ~has_point)  # a block goes after its point
     pos = 2 * (walk.base + np.arange(len(chunk), dtype=np.intp))
     walk.base += len(chunk)
     points, p_pos = pts[point_unit], pos[point_unit]
@@ -128,13 +130,31 @@ def _walk(core: Core, needs: list[int], max_units: int | None) -> Walk:
     live = np.zeros(core.index.blocks.capacity, np.bool_)
     for req in core.requests.live():
         live[req.chain.view()] = True
-    for chunk in core.index.policy.chunks():
-        _chunk_units(core, walk, chunk, live)
+    chunks = [(chunk, False) for chunk in core.index.policy.chunks()] + [(_running_points(core), True)]
+    for chunk, running in chunks:
+        _chunk_units(core, walk, chunk, live, running)
         if (max_units is not None and walk.units >= max_units) or (any(needs) and _cut(walk, needs) is not None):
             break
     for objs in walk.touched:
         core.objects.vdrop[objs] = 0
     return walk
+
+
+def _running_points(core: Core) -> Blocks:
+    """The blocks of live chains that hold points: last in the eviction order, as in use now (the order places
+    a block at its last release, and a live request's new blocks join it at its own); only their points can go
+    (the blocks are on live chains).  Those on fewer live chains first (a point many running requests share is
+    where the next one arrives), then the shallowest (a running request's window passed them first; its
+    latest points are what it resumes at if preempted)."""
+    blocks = core.index.blocks
+    chains = [req.chain.view() for req in core.requests.live()]
+    if not chains:
+        return np.zeros(0, np.int32)
+    ids = np.concatenate(chains)
+    ids = ids[blocks.point[ids] != NO_POINT]
+    found, first, sharing = np.unique(ids, return_index=True, return_counts=True)
+    depth = np.concatenate([np.arange(len(c)) for c in chains])[blocks.point[np.concatenate(chains)] != NO_POINT]
+    return np.asarray(found[np.lexsort((depth[first], sharing))], np.int32)
 
 
 def _apply(core: Core, walk: Walk, cut: int | None, max_units: int | None) -> int:

@@ -47,6 +47,9 @@ class BeladyPolicy:
         self.live[blocks] = False
         self.next_use[blocks] = NEVER
 
+    def holds(self, blocks: Blocks) -> NDArray[np.bool_]:
+        return np.asarray(self.live[blocks])
+
     def order(self) -> Blocks:
         blocks = np.flatnonzero(self.live).astype(np.int32)
         return blocks[np.lexsort((self.seq[blocks], -self.next_use[blocks]))]

@@ -57,7 +57,7 @@ def test_hits_land_where_every_pages_end_or_anywhere_with_partial_copies():
     ([group(page=12)], "groups[0]", "whole number of hkv blocks"),
     ([group(page=8), group(window=16, page=12)], "groups[1]", "whole number of hkv blocks"),
     ([group(window=1)], "groups[0]", "window_tokens"),
-    ([group(dtype="fp8")], "groups[0]", "kv_dtype"),
+    ([group(dtype="int8")], "groups[0]", "kv_dtype"),
     ([group(heads=0)], "groups[0].num_kv_heads", "must be an int"),
     ([group(page=True)], "groups[0].tokens_per_page", "must be an int"),
     ([], "groups", "1 to"),

@@ -143,7 +143,7 @@ def test_release_frees_unverified_reservations_and_publishes_nothing_of_them() -
 
 
 def test_allocate_ahead_bounds_change_nothing() -> None:
-    m = manager(pages=4, max_request_tokens=16)
+    m = manager(pages=3, max_request_tokens=16)
     rid = prefilled(m)
     before = m.snapshot()
     with pytest.raises(InvalidRequestArgument, match="max_request_tokens 16"):
@@ -151,7 +151,7 @@ def test_allocate_ahead_bounds_change_nothing() -> None:
     with pytest.raises(InvalidRequestArgument):
         m.allocate_ahead(rid, 0)
     with pytest.raises(OutOfPages):
-        m.allocate_ahead(rid, 8)  # 3 pages a pool: more blocks than the window pool holds
+        m.allocate_ahead(rid, 8)  # 3 pages a pool: fewer than the 4 blocks of 16 tokens the window needs
     assert m.snapshot() == before
     m.allocate_ahead(rid, 4)
     with pytest.raises(InvalidRequestArgument):  # allocate stays bounded by the known tokens

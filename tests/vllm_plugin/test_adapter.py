@@ -36,7 +36,7 @@ def test_one_full_attention_group_is_one_pool_of_block_sized_pages():
     (pool,) = got.layout.pools
     assert pool.tokens_per_page == 32
     assert pool.dtype == "fp16"
-    assert got.pool_pages == {pool.name: 100}  # block 0 is vLLM's null block, hkv's NULL page
+    assert got.shared_pages == 100  # block 0 is vLLM's null block, hkv's NULL page
 
 
 def test_mla_group_is_served():
@@ -83,27 +83,25 @@ def mamba():
     return MambaSpec(block_size=16, shapes=((1, 1),), dtypes=(torch.float32,))
 
 
-def test_hybrid_groups_share_pools_by_spec_and_split_the_block_ids():
+def test_hybrid_groups_each_get_a_pool_and_share_one_block_space():
     from hkv_vllm.layout import layout_from_kv_cache_config
 
     got = layout_from_kv_cache_config(kv_config(full(), sliding(32), full(), sliding(64), num_blocks=42))
-    # 41 blocks beside the null block, 10 per group (one left over): group g holds ids 10g+1 .. 10g+10
-    assert [(g.offset, g.pages, g.window) for g in got.groups] == [(0, 10, 0), (10, 10, 32), (20, 10, 0),
-                                                                  (30, 10, 64)]
-    assert got.groups[0].pool == got.groups[2].pool  # the two full-attention groups: one hkv pool
-    assert len({g.pool for g in got.groups}) == 3
+    # 41 blocks beside the null block, all of them open to every group: hkv page p of any pool is vLLM block p
+    assert got.shared_pages == 41 and [g.window for g in got.groups] == [0, 32, 0, 64]
+    assert len({g.pool for g in got.groups}) == 4  # a block is one group's: each group its own pool
     assert {g.pool: g.window for g in got.groups} == {p.group_name + "." + p.name.split(".")[-1]:
                                                       got.layout.group(p.group_name).window_tokens
                                                       for p in got.layout.pools}
-    assert [g.block_id(p) for g in got.groups for p in (0, 1, 10)] == [0, 1, 10, 0, 11, 20, 0, 21, 30, 0, 31, 40]
+    assert [g.block_id(p) for g in got.groups for p in (0, 1, 41)] == [0, 1, 41] * 4
 
 
 @pytest.mark.parametrize(("specs", "feature", "match"), [
     (lambda: (full(), mamba()), "kv_cache_groups[1]", "MambaSpec"),
     (lambda: (sliding_mla(128, bounded_replay=True),), "kv_cache_groups[0]", "bounded replay"),
-    (lambda: (full(), sliding(64, block_size=32)), "kv_cache_groups[1]", "32-token blocks with 16-token hash"),
     (lambda: (full(block_size=24), full()), "kv_cache_groups[0]", "a whole number of hash blocks"),
     (lambda: (full(dtype="int8"),), "kv_cache_dtype", "int8"),
+    (lambda: (full(), sliding(64, block_size=24)), "kv_cache_groups[1]", "24-token blocks with 16-token hash"),
     (lambda: (), "kv_cache_groups", "no KV cache group"),
 ])
 def test_unserved_groups_are_refused_by_name(specs, feature, match):
@@ -124,7 +122,7 @@ def test_groups_of_different_block_sizes_and_dtypes_each_get_their_own_pool():
     pools = {p.name: p for p in got.layout.pools}
     assert [pools[g.pool].tokens_per_page for g in got.groups] == [64, 16, 16, 64]
     assert [pools[g.pool].dtype for g in got.groups] == ["fp16", "fp16", "fp32", "fp16"]
-    assert got.groups[0].pool == got.groups[3].pool and len(pools) == 3
+    assert len(pools) == 4  # one per group, even of one geometry: a block is one group's
     assert got.block_tokens == 16 and not got.uniform
     # one page per vLLM block, in bytes: 64 tokens x K and V x 2 heads x 64 x 2 bytes
     assert pools[got.groups[0].pool].page_bytes == 64 * 2 * 2 * 64 * 2
@@ -390,13 +388,13 @@ def test_a_sliding_window_groups_blocks_become_null_as_they_leave_the_window():
     new = m.allocate_slots(first, 100)
     full_ids, window_ids = new.get_block_ids()
     assert len(full_ids) == len(window_ids) == 7
-    assert all(1 <= b <= 32 for b in full_ids) and all(33 <= b <= 64 for b in window_ids)  # the even split
+    assert not set(full_ids) & set(window_ids) and 0 not in full_ids + window_ids  # one group's each
     first.num_computed_tokens = 96
     m.cache_blocks(first, 96)
     full_now, window_now = m.get_block_ids("a")
     assert full_now == full_ids
     assert window_now[:4] == [0, 0, 0, 0] and window_now[4:] == window_ids[4:]  # [64, 96): the window at 96
-    assert m.blocks.held_by_group == [7, 3]
+    assert m.blocks.held == 7 + 3
     m.free(first)
     blocks, hit, _ = m.get_computed_blocks(make_request("b", list(range(96)) + [5] * 8, max_tokens=1))
     assert hit == 96

@@ -82,9 +82,9 @@ def test_hybrid_groups_schedule_identically_with_hits(windows):
 
 
 def test_hybrid_groups_under_memory_pressure_hit_at_least_vllm():
-    """A full + sliding-window model in 27 blocks: hkv splits them between the groups (13 each, docs/vllm.md)
-    where vLLM shares them, so steps differ; every request finishes, cached blocks are evicted, and hkv's hits
-    total at least vLLM's."""
+    """A full + sliding-window model in 27 blocks, which both groups draw from (one block space, as vLLM's):
+    the steps differ where the two evict differently; every request finishes, cached blocks are evicted, and
+    hkv's hits total at least vLLM's."""
     stock, ours = schedule_both(conversations, num_blocks=27, max_num_batched_tokens=32, windows=(0, 32))
     assert sum(len(s.finished) for s in ours) == sum(len(s.finished) for s in stock) == 12
     hits = [sum(n for s in run for _, n in s.cached) for run in (stock, ours)]
@@ -107,15 +107,16 @@ def test_groups_of_different_block_sizes_schedule_identically_with_hits(windows,
 
 
 def test_groups_of_different_block_sizes_under_memory_pressure_hit_at_least_vllm():
-    """Full attention in 32-token blocks beside a 16-token window in 16-token blocks, in 19 blocks (9 per group
-    under hkv's split): evictions and a preemption, every request finishes, and hkv's hits total at least
-    vLLM's here (352 and 320 tokens; with 25 blocks the split costs hkv hits instead, docs/vllm.md)."""
+    """Full attention in 32-token blocks beside a 16-token window in 16-token blocks, in 19 blocks both groups
+    draw from: cached blocks are evicted, every request finishes, and hkv's hits total at least vLLM's
+    (docs/vllm.md has the sweep over sizes)."""
     stock, ours = schedule_both(conversations, num_blocks=19, max_num_batched_tokens=32, windows=(0, 16),
                                 block_sizes=(32, 16))
     assert sum(len(s.finished) for s in ours) == sum(len(s.finished) for s in stock) == 12
-    assert sum(len(s.preempted) for s in ours) >= 1
     hits = [sum(n for s in run for _, n in s.cached) for run in (stock, ours)]
-    assert hits[1] >= hits[0] > 0, hits
+    roomy = sum(n for s in schedule_both(conversations, num_blocks=4000, windows=(0, 16),
+                                         block_sizes=(32, 16))[1] for _, n in s.cached)
+    assert hits[1] >= hits[0] > 0 and hits[1] < roomy, (hits, roomy)
 
 
 @pytest.mark.parametrize(("blocks", "batched"), [(2000, 8192), (14, 32)], ids=["ample", "13-blocks"])

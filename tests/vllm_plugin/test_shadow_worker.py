@@ -148,11 +148,12 @@ def _window_one_block_short(mp):
 
 
 def _groups_share_block_ids(mp):
-    """Every group's pages map to the same vLLM block ids (offset 0): one block handed to two groups."""
+    """The adapter maps a window group's hkv pages one block id off: it hands the window blocks another group
+    holds (one block in two groups)."""
     from hkv_vllm.layout import GroupPool
 
-    mp.setattr(GroupPool, "block_id", lambda self, page: int(page))
-    mp.setattr(GroupPool, "block_ids", lambda self, pages: [int(p) for p in pages])
+    mp.setattr(GroupPool, "block_ids", lambda self, pages: [int(p) + 1 if self.window and p else int(p)
+                                                            for p in pages])
 
 
 def _user_blind(tokens):
@@ -210,7 +211,7 @@ def _vllm_window_one_block_short(mp):
 BROKEN = {  # id -> (the patch, scheduler, workload, what the first wrong read finds: one of)
     "hkv-drops-a-window-block-early": (_drop_one_block_early, "hkv", "full+sw", "the null block"),
     "hkv-window-one-block-short": (_window_one_block_short, "hkv", "full+sw-27-blocks", "the null block"),
-    "hkv-block-in-two-groups": (_groups_share_block_ids, "hkv", "full32+sw16", "group"),
+    "hkv-block-in-two-groups": (_groups_share_block_ids, "hkv", "full32+sw16", ("group", "never written")),
     "hkv-stale-hit-keys-collide": (_hkv_keys_collide, "hkv", "full", "another prefix's KV"),
     "hkv-stale-hit-ids-reversed": (_hit_ids_reversed, "hkv", "full", "position"),
     "hkv-fine-hit-copy-dropped": (_copies_dropped, "hkv", "fine-hits", ("never written", "position")),

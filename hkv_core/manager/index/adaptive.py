@@ -154,6 +154,9 @@ class AdaptivePolicy:
         while len(self.ghost) > self.ghost_keys:
             self.ghost.popitem(last=False)  # O(1): a dict's first item costs a scan past deleted slots
 
+    def holds(self, blocks: Blocks) -> NDArray[np.bool_]:
+        return np.asarray(self.live[blocks])
+
     def order(self) -> Blocks:
         blocks = np.flatnonzero(self.live).astype(np.int32)
         return blocks[np.lexsort((self.seq[blocks], self.priority[self.chosen, blocks]))]

@@ -44,6 +44,10 @@ class EvictionPolicy(Protocol):
         """Blocks left the index."""
         ...
 
+    def holds(self, blocks: Blocks) -> NDArray[np.bool_]:
+        """Which of `blocks` the order holds (a live request's new blocks join it when the request ends)."""
+        ...
+
     def chunks(self) -> Iterator[Blocks]:
         """Live blocks in eviction order, a chunk at a time (chunks grow)."""
         ...
@@ -81,6 +85,9 @@ class LruPolicy:
 
     def forget(self, blocks: Blocks) -> None:
         self.pos[blocks] = -1
+
+    def holds(self, blocks: Blocks) -> NDArray[np.bool_]:
+        return np.asarray(self.pos[blocks] >= 0)
 
     def current(self, start: int, end: int) -> NDArray[np.bool_]:
         """Which queue entries in [start, end) are current (their block's latest touch)."""
