@@ -41,17 +41,20 @@ FULL_RATIO, WINDOW_RATIO = 1, 0  # compress ratios of a full-attention and of a 
 @attrs.frozen(kw_only=True)
 class EngineGroup:
     """One engine KV cache group: its sliding window in tokens (0: full attention), tokens per block (one hkv
-    page), KV dtype (`fp16`, `bf16`, `fp32`), and KV heads and head size (K and V per head)."""
+    page), KV dtype (`fp16`, `bf16`, `fp32`, `fp8`), and KV heads and head size (K and V per head).  `ring`:
+    a per-request ring of compressor rows (vLLM's CircularBufferSpec: one block per request, never shared;
+    hkv's scratch role), whose block need not be a whole number of hkv blocks."""
 
     window_tokens: int
     tokens_per_page: int
     kv_dtype: str
     num_kv_heads: int
     head_dim: int
+    ring: bool = False
 
     @property
-    def geometry(self) -> tuple[int, int, str, int, int]:
-        return self.window_tokens, self.tokens_per_page, self.kv_dtype, self.num_kv_heads, self.head_dim
+    def geometry(self) -> tuple[int, int, str, int, int, bool]:
+        return self.window_tokens, self.tokens_per_page, self.kv_dtype, self.num_kv_heads, self.head_dim, self.ring
 
 
 def engine_layout(groups: Sequence[EngineGroup], *, name: str, block_tokens: int, alignment_bytes: int,
@@ -104,30 +107,36 @@ def _check_group(i: int, group: object, block_tokens: int, source: str) -> None:
     if group.kv_dtype not in DTYPE_BYTES:
         raise ConfigError(f"kv_dtype must be one of {', '.join(DTYPE_BYTES)}, got {group.kv_dtype!r}",
                           source=source, key=key)
-    if group.tokens_per_page % block_tokens:
+    if group.ring and window:
+        raise ConfigError("a ring has no window", source=source, key=key)
+    if group.tokens_per_page % block_tokens and not group.ring:
         raise ConfigError(f"a page of {group.tokens_per_page} tokens is not a whole number of hkv blocks of "
                           f"{block_tokens} tokens", source=source, key=key)
 
 
-def _group_names(geometries: list[tuple[int, int, str, int, int]]) -> list[str]:
-    """Per layer group (by its geometry): `full` / `swa`, numbered in order where one kind has several."""
+def _group_names(geometries: list[tuple[int, int, str, int, int, bool]]) -> list[str]:
+    """Per layer group (by its geometry): `full` / `swa` / `ring`, numbered in order where one kind has
+    several."""
     names = [""] * len(geometries)
-    for kind in ("full", "swa"):
-        ofkind = [i for i, geo in enumerate(geometries) if (geo[0] == 0) == (kind == "full")]
+    kind_of = [("ring" if geo[5] else "swa" if geo[0] else "full") for geo in geometries]
+    for kind in ("full", "swa", "ring"):
+        ofkind = [i for i, k in enumerate(kind_of) if k == kind]
         for n, i in enumerate(ofkind):
             names[i] = kind if len(ofkind) == 1 else f"{kind}{n}"
     return names
 
 
-def _layer_group(name: str, geo: tuple[int, int, str, int, int], layers: tuple[int, ...]) -> LayerGroup:
+def _layer_group(name: str, geo: tuple[int, int, str, int, int, bool], layers: tuple[int, ...]) -> LayerGroup:
     window = geo[0]
     kind, ratio = (AttentionKind.SWA, WINDOW_RATIO) if window else (AttentionKind.FULL, FULL_RATIO)
     return LayerGroup(name=name, kind=kind, compress_ratio=ratio, layer_ids=layers, window_tokens=window)
 
 
-def _pool(group: LayerGroup, geo: tuple[int, int, str, int, int], alignment_bytes: int, source: str) -> PoolSpec:
-    window, tokens, dtype, heads, dim = geo
-    obj, entry = ((ObjectKind.SWA_WINDOW, EntryKind.WINDOW_ROW) if window
+def _pool(group: LayerGroup, geo: tuple[int, int, str, int, int, bool], alignment_bytes: int,
+          source: str) -> PoolSpec:
+    window, tokens, dtype, heads, dim, ring = geo
+    obj, entry = ((ObjectKind.COMPRESSOR_TAIL, EntryKind.RING_ROW) if ring
+                  else (ObjectKind.SWA_WINDOW, EntryKind.WINDOW_ROW) if window
                   else (ObjectKind.COMPRESSED_KV, EntryKind.COMPRESSED_ENTRY))
     pool = make_pool(group, obj, entry, dtype=dtype, entry_shape=(2, heads, dim), base_entries=tokens,
                      alignment_bytes=alignment_bytes)

@@ -39,6 +39,7 @@ class EntryKind(StrEnum):
     WINDOW_ROW = "window_row"  # one raw kv row per token
     CONV_STATE = "conv_state"  # a linear layer's short-convolution state: one entry, the whole state at P
     SSM_STATE = "ssm_state"  # a linear layer's recurrent (SSM / delta-rule) state: one entry, the whole state at P
+    RING_ROW = "ring_row"  # a request's ring of its last compressor rows (an engine's scratch: never shared)
 
 
 # Pool component name per (object kind, entry kind): the suffix of pool names and
@@ -51,6 +52,7 @@ COMPONENTS: dict[tuple[ObjectKind, EntryKind], str] = {
     (ObjectKind.INDEXER_STATE, EntryKind.TAIL_ROW): "indexer_state.tail",
     (ObjectKind.RECURRENT_STATE, EntryKind.CONV_STATE): "recurrent_state.conv",
     (ObjectKind.RECURRENT_STATE, EntryKind.SSM_STATE): "recurrent_state.ssm",
+    (ObjectKind.COMPRESSOR_TAIL, EntryKind.RING_ROW): "compressor_tail.ring",
 }
 # Entry kinds of point snapshots: one page per retained resume point holds what a resume at exactly P reads.
 SNAPSHOT_ENTRIES = frozenset({EntryKind.TAIL_ROW, EntryKind.CONV_STATE, EntryKind.SSM_STATE})

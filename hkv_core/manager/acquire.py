@@ -108,6 +108,8 @@ def acquire(core: Core, req: RequestState, hit: Hit) -> None:
     core.objects.step(every, Event.PIN, req.slot)
     req.pins.add(every, core.objects.version[every])
     req.hit_tokens = hit.tokens
+    if hit.point != NO_POINT:
+        core.index.points.anchor[hit.point] = True  # a point requests resume at: eviction takes it last
     core.requests.set_committed(req, hit.tokens)
     req.allocated = hit.tokens
     req.chain = IdList(hit.block_ids)

@@ -16,6 +16,7 @@ import bisect
 
 import numpy as np
 
+from hkv_core.manager import retention
 from hkv_core.manager.core import Core
 from hkv_core.manager.index import NO_BLOCK, NO_POINT
 from hkv_core.manager.requests import RequestState
@@ -34,7 +35,9 @@ def commit(core: Core, req: RequestState, num_tokens: int) -> None:
     publish(core, req, moves)
     core.index.attach(moves.attach)
     if points is not None:
-        core.index.keep_points(*points, moves.point_holds)
+        blocks, due, objects = points
+        prompt_end, junction = retention.anchors(core, req)
+        core.index.keep_points(blocks, due, objects, moves.point_holds, (due == prompt_end) | (due == junction))
     for role in core.roles:
         role.slide(req, req.pending_points, moves)
     give_back(core, req, moves)

@@ -44,29 +44,58 @@ class Walk:
     block_pos: list[Index] = attrs.field(factory=list)
     freed: list[list[Index]] = attrs.field(factory=list)  # per resource: positions of frees (pools, rows)
     touched: list[Index] = attrs.field(factory=list)
+    planned: NDArray[np.bool_] = attrs.field(factory=lambda: np.zeros(0, np.bool_))  # per point row: planned
     units: int = 0
     base: int = 0
 
 
-def _chunk_units(core: Core, walk: Walk, chunk: Blocks, live: NDArray[np.bool_], running: bool = False) -> None:
-    """Plan every unit of one chunk of the eviction order (positions continue the walk's).  The points of
-    blocks on live chains are in use: they are planned last (`running`: a chunk of such blocks, whose points
-    only may go), never in the policy's order, where such a block's place is that of its last release."""
-    blocks = core.index.blocks
+@attrs.frozen
+class Pass:
+    """One pass over the eviction order: which units it may plan."""
+
+    points_only: bool = False  # plan points, never blocks
+    anchors: bool | None = None  # only points that are anchors (True), only others (False), any (None)
+    running: bool = False  # a chunk of live chains' blocks: their points may go (never the blocks)
+    deepest: bool | None = None  # running: only each live chain's deepest point (True), only the others (False)
+
+
+# Passes in order: points nobody resumes at (periodic ones, a window long passed) before anything else -
+# released requests' first, then those behind running requests - then the anchors behind one running
+# request but its latest (its window passed them; as vLLM frees a running request's blocks that leave its
+# window before those of requests that finish later), then the order as it is (anchors - prompt ends,
+# junctions, hits taken - with their blocks), then each running request's latest point (where it resumes if
+# preempted, where its next turn hits) and those several share (where the next one arrives).  A pass skips
+# what an earlier one planned.
+PASSES = (Pass(points_only=True, anchors=False), Pass(points_only=True, anchors=False, running=True),
+          Pass(points_only=True, running=True, deepest=False), Pass(), Pass(points_only=True, running=True))
+
+
+def _chunk_units(core: Core, walk: Walk, chunk: Blocks, live: NDArray[np.bool_], how: Pass) -> None:
+    """Plan the units one pass allows of one chunk of the eviction order (positions continue the walk's).  The
+    points of blocks on live chains are in use: they are planned only in a running pass (a chunk of such
+    blocks), never in the policy's order, where such a block's place is that of its last release."""
+    blocks, table = core.index.blocks, core.index.points
     pts = blocks.point[chunk]
     has_point = pts != NO_POINT
-    pinned = np.zeros(len(chunk), np.bool_)  # blocks whose prefix pages a lease pins
-    for role in core.roles:
-        pinned |= role.blocks_pinned(chunk)
-    point_unit = has_point & (running | ~live[chunk])  # unless a lease pins its tail (a pinned block's may go)
-    if has_point.any():
-        where = np.flatnonzero(has_point)
+    planned = has_point & walk.planned[np.where(has_point, pts, 0)]
+    point_unit = has_point & ~planned & (how.running | ~live[chunk])
+    if how.anchors is not None:
+        point_unit &= table.anchor[np.where(has_point, pts, 0)] == how.anchors
+    if point_unit.any():  # unless a lease pins its tail (a pinned block's point may go)
+        where = np.flatnonzero(point_unit)
         for role in core.roles:
             point_unit[where] &= ~role.points_pinned(pts[where])
-    block_unit = ~live[chunk] & ~pinned & (point_unit | ~has_point)  # a block goes after its point
+    if how.points_only:
+        block_unit = np.zeros(len(chunk), np.bool_)
+    else:
+        pinned = np.zeros(len(chunk), np.bool_)  # blocks whose prefix pages a lease pins
+        for role in core.roles:
+            pinned |= role.blocks_pinned(chunk)
+        block_unit = ~live[chunk] & ~pinned & (point_unit | planned | ~has_point)  # a block goes after its point
     pos = 2 * (walk.base + np.arange(len(chunk), dtype=np.intp))
     walk.base += len(chunk)
     points, p_pos = pts[point_unit], pos[point_unit]
+    walk.planned[points] = True
     dropped, b_pos = chunk[block_unit], pos[block_unit] + 1
     walk.points.append(points)
     walk.point_pos.append(p_pos)
@@ -126,35 +155,48 @@ def _cut(walk: Walk, needs: list[int]) -> int | None:
 
 def _walk(core: Core, needs: list[int], max_units: int | None) -> Walk:
     """Plan units in eviction order until `needs` are met (or `max_units` planned, or the order ends)."""
-    walk = Walk(freed=[[] for _ in range(len(needs))])
+    walk = Walk(freed=[[] for _ in range(len(needs))], planned=core.index.points.evicting)
     live = np.zeros(core.index.blocks.capacity, np.bool_)
     for req in core.requests.live():
         live[req.chain.view()] = True
-    chunks = [(chunk, False) for chunk in core.index.policy.chunks()] + [(_running_points(core), True)]
-    for chunk, running in chunks:
-        _chunk_units(core, walk, chunk, live, running)
-        if (max_units is not None and walk.units >= max_units) or (any(needs) and _cut(walk, needs) is not None):
-            break
-    for objs in walk.touched:
-        core.objects.vdrop[objs] = 0
-    return walk
+    passes = PASSES if core.needs_points else (Pass(),)  # without points: the order as it is
+    try:
+        for how in passes:
+            chunks = [_running_points(core, how.deepest)] if how.running else core.index.policy.chunks()
+            for chunk in chunks:
+                _chunk_units(core, walk, chunk, live, how)
+                if (max_units is not None and walk.units >= max_units) or (
+                        any(needs) and _cut(walk, needs) is not None):
+                    return walk
+        return walk
+    finally:
+        for objs in walk.touched:
+            core.objects.vdrop[objs] = 0
+        for points in walk.points:
+            walk.planned[points] = False
 
 
-def _running_points(core: Core) -> Blocks:
+def _running_points(core: Core, deepest: bool | None = None) -> Blocks:
     """The blocks of live chains that hold points: last in the eviction order, as in use now (the order places
     a block at its last release, and a live request's new blocks join it at its own); only their points can go
     (the blocks are on live chains).  Those on fewer live chains first (a point many running requests share is
     where the next one arrives), then the shallowest (a running request's window passed them first; its
-    latest points are what it resumes at if preempted)."""
+    latest points are what it resumes at if preempted).  `deepest`: only the points that are the deepest of
+    some live chain or on several (True), only the others: one request's, behind its latest (False)."""
     blocks = core.index.blocks
     chains = [req.chain.view() for req in core.requests.live()]
     if not chains:
         return np.zeros(0, np.int32)
-    ids = np.concatenate(chains)
-    ids = ids[blocks.point[ids] != NO_POINT]
+    held = [c[blocks.point[c] != NO_POINT] for c in chains]
+    ids = np.concatenate(held)
     found, first, sharing = np.unique(ids, return_index=True, return_counts=True)
-    depth = np.concatenate([np.arange(len(c)) for c in chains])[blocks.point[np.concatenate(chains)] != NO_POINT]
-    return np.asarray(found[np.lexsort((depth[first], sharing))], np.int32)
+    depth = np.concatenate([np.arange(len(h)) for h in held])
+    ranked = np.lexsort((depth[first], sharing))
+    order = np.asarray(found[ranked], np.int32)
+    if deepest is None:
+        return order
+    latest = np.isin(order, np.asarray([h[-1] for h in held if len(h)], np.int32)) | (sharing[ranked] > 1)
+    return order[latest == deepest]
 
 
 def _apply(core: Core, walk: Walk, cut: int | None, max_units: int | None) -> int:

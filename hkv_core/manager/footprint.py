@@ -40,7 +40,7 @@ OBJECT_BYTES = 69  # page_pools.PagePools, per object: pool (8), code (1), versi
 # owner (4 each), row_token, full_token (8 each), slot (4), loads (4), stamp (8), vdrop (4)
 PAGE_BYTES = 12  # page_pools.PoolSlots, per page: slot_object, free_slots, free_objects (4 each)
 BLOCK_ROW_BYTES = 31  # index.BlockTable, per row: state (1), version (2), free_rows (4), key (16), parent, point (4)
-POINT_ROW_BYTES = 13  # index.PointTable, per row: state (1), version (4), free_rows (4), block (4)
+POINT_ROW_BYTES = 15  # index.PointTable, per row: state (1), version, free_rows, block (4 each), flags (2)
 REF_BYTES = 4  # one object reference of an index row (a block's prefix page, a point's window or snapshot page)
 KEY_SLOT_BYTES = 8  # index.KeyTable, per slot: ids and the insert scratch (4 each)
 QUEUE_ENTRY_BYTES = 4  # index.LruPolicy: per queue entry, and per block row (pos)

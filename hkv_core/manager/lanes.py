@@ -31,6 +31,7 @@ class PoolRole(enum.Enum):
     PREFIX = "prefix"  # entries for all of [0, P): compressed KV, indexer keys
     WINDOW = "window"  # raw rows of one or more blocks: needed for [P - W + 1, P)
     TAIL = "tail"  # one snapshot page per resume point: compressor rows, or a linear layer's state, at P
+    SCRATCH = "scratch"  # one page per request for its life, never shared: an engine's compressor ring
 
 
 ROLE_OF: dict[tuple[ObjectKind, EntryKind], PoolRole] = {
@@ -41,6 +42,7 @@ ROLE_OF: dict[tuple[ObjectKind, EntryKind], PoolRole] = {
     (ObjectKind.INDEXER_STATE, EntryKind.TAIL_ROW): PoolRole.TAIL,
     (ObjectKind.RECURRENT_STATE, EntryKind.CONV_STATE): PoolRole.TAIL,
     (ObjectKind.RECURRENT_STATE, EntryKind.SSM_STATE): PoolRole.TAIL,
+    (ObjectKind.COMPRESSOR_TAIL, EntryKind.RING_ROW): PoolRole.SCRATCH,
 }
 
 

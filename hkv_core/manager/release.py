@@ -4,8 +4,9 @@ The prefix role seals and publishes the page the request stopped in (so its
 last resume point stays usable), referred to by the blocks it completed;
 every pin of the request is dropped and every object it still owns is given
 back, each in one lifecycle step.  The chain moves to the back of the
-eviction order, deepest first, and the request's reserved index rows and
-slot are returned.
+eviction order, deepest first, its deepest point becomes an anchor (taken
+after the points nobody resumes at), and the request's reserved index rows
+and slot are returned.
 """
 
 from __future__ import annotations
@@ -37,5 +38,7 @@ def release(core: Core, req: RequestState) -> None:
     hint = getattr(core.index.policy, "hint", None)
     if hint is not None and outputs > 0:  # (a request that decoded nothing keeps the bucket a caller told it)
         hint(outputs)
-    core.index.touch(req.chain.view())  # its whole chain was in use until now: its LRU entries, deepest first
+    chain = req.chain.view()
+    core.index.touch(chain)  # its whole chain was in use until now: its LRU entries, deepest first
+    core.index.anchor_deepest(chain)  # the furthest a request repeating it resumes: eviction takes it last
     core.requests.forget(req)

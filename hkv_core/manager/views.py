@@ -137,7 +137,7 @@ def snapshot(core: Core) -> tuple[Any, ...]:
     live, kept = np.flatnonzero(b.state != b.s_free), np.flatnonzero(pt.state != pt.s_free)
     index = (live.tobytes(), b.key[live].tobytes(), b.parent[live].tobytes(),
              b.point[live].tobytes(), b.version.tobytes(), b.reserved, pt.reserved, kept.tobytes(),
-             pt.block[kept].tobytes(), pt.version.tobytes(),
+             pt.block[kept].tobytes(), pt.anchor[kept].tobytes(), pt.version.tobytes(),
              tuple(c[live].tobytes() for _, c in b.refs), tuple(c[kept].tobytes() for _, c in pt.refs),
              getattr(core.index.policy, "order", lambda: np.zeros(0))().tobytes(), core.index.keys.count)
     reqs = tuple(_request_snapshot(r) for r in sorted(core.requests.live(), key=lambda r: r.rid))

@@ -191,9 +191,10 @@ class ManagerMachine(DraftRules, AheadRules, RuleBasedStateMachine):
         self.lcm_tokens = math.lcm(self.bt, *self.prefix_page_tokens)
         # window pages are shared only whole: a point lies on a boundary of every window page
         self.window_lcm = math.lcm(self.bt, *(p.tokens_per_page for p in managed if p.name in self.window_pools))
-        self.needs_points = any(r is not PoolRole.PREFIX for r in roles.values())
-        every = math.lcm(self.bt * self.config.retain_every_blocks, self.window_lcm)
-        self.point_step = every if self.config.allow_partial_page_copy else math.lcm(every, self.lcm_tokens)
+        self.needs_points = any(r in (PoolRole.WINDOW, PoolRole.TAIL) for r in roles.values())
+        unit = math.lcm(self.bt, self.window_lcm)
+        self.hit_unit = unit if self.config.allow_partial_page_copy else math.lcm(unit, self.lcm_tokens)
+        self.point_step = math.lcm(self.bt * self.config.retain_every_blocks, self.hit_unit)
         self.system_prompts = self._system_prompts()
 
     def make_manager(self) -> CacheManager:
@@ -242,18 +243,16 @@ class ManagerMachine(DraftRules, AheadRules, RuleBasedStateMachine):
         """Did committing `done` keep a resume point at `boundary` (the manager's documented policy)?
 
         Points are kept at multiples of `retain_every_blocks` blocks, at the
-        prompt's last block boundary and at its junction (where its last match
-        left the cached chain past the hit), only where a hit can end (on a
-        boundary of every window page, and on multiples of the prefix pages'
-        LCM without partial-page copy).
+        last boundary a hit can end on (a block, on a boundary of every window
+        page, and on multiples of the prefix pages' LCM without partial-page
+        copy) at or before the prompt's end and at or before its junction
+        (where its last match left the cached chain past the hit).
         """
         if boundary % self.point_step == 0:
             return True
-        prompt_end = done.prompt_tokens // self.bt * self.bt
-        kept = ((self.config.retain_prompt_end and boundary == prompt_end)
-                or (self.config.retain_junction and boundary == done.junction))
-        return kept and boundary % self.window_lcm == 0 and (self.config.allow_partial_page_copy
-                                                             or boundary % self.lcm_tokens == 0)
+        unit = self.hit_unit
+        return ((self.config.retain_prompt_end and boundary == done.prompt_tokens // unit * unit)
+                or (self.config.retain_junction and boundary == done.junction // unit * unit)) and boundary > 0
 
     def usable_at(self, done: Committed, boundary: int) -> bool:
         """Can a hit resume at `boundary` (start < boundary <= committed) from what `done` committed alone?

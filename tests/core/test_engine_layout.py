@@ -130,3 +130,31 @@ def test_a_window_page_is_never_shared_before_it_is_whole():
     for r in (rid, rid2):
         m.release(r)
     assert check_invariants(m) == []
+
+
+# ----------------------------------------------------------- a request's ring (scratch pages)
+
+def test_a_ring_is_one_private_page_per_request_never_shared_and_given_back():
+    """vLLM's CircularBufferSpec (DeepSeek-V4.1's compressor ring) as hkv's scratch role: each request gets one
+    page at its first allocation, keeps it for its life, never publishes it; a hit needs nothing of it (the
+    second request resumes with its own, fresh ring) and release gives it back."""
+    ring = EngineGroup(window_tokens=0, tokens_per_page=2, kv_dtype="fp32", num_kv_heads=1, head_dim=8, ring=True)
+    layout, pools = build([group(page=8), group(window=16, page=4), ring], block=4)
+    assert layout.pool(pools[2]).entry_kind.value == "ring_row" and pools[2] == "ring.compressor_tail.ring"
+    m = CacheManager(layout, ManagerConfig(pool_pages={p: 32 for p in set(pools)}, max_requests=4,
+                                           max_request_tokens=512, retain_every_blocks=1))
+    a, _ = _served(m, list(range(40)))
+    assert len(m.tables(a)[pools[2]]) == 1 and m.pages(pools[2], m.tables(a)[pools[2]]).states == ("RESERVED",)
+    b, hit = _served(m, list(range(40)) + [9, 9, 9])
+    assert hit.tokens == 40 and len(hit.pages[pools[2]]) == 0  # a hit reads nothing of a ring
+    assert m.tables(b)[pools[2]] != m.tables(a)[pools[2]]  # each request its own page
+    assert check_invariants(m) == []
+    m.release(a)
+    m.release(b)
+    assert m.free_pages(pools[2]) == 32 and check_invariants(m) == []
+
+
+def test_a_ring_with_a_window_is_refused():
+    bad = EngineGroup(window_tokens=8, tokens_per_page=2, kv_dtype="fp32", num_kv_heads=1, head_dim=8, ring=True)
+    with pytest.raises(ConfigError, match="a ring has no window"):
+        build([group(page=8), bad], block=4)

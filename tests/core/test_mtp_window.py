@@ -130,27 +130,33 @@ def test_a_hit_includes_the_mtp_window(mtp_pages: int | None) -> None:
 
 
 def test_a_scarce_mtp_window_shortens_hits() -> None:
-    """The MTP window pool in its own, small page pool: serving another prompt must evict resume points
-    for its pages (the main pools have room), and the first prompt's hit is shortened to a point whose
-    MTP window pages still exist; without the flag the same traffic keeps the whole hit."""
-    for mtp_window, expected in ((False, 400), (True, 192)):
+    """The MTP window pool in its own, small page pool: serving other prompts must evict resume points for
+    its pages (the main pools have room) - first the points nobody resumes at, then the prompts' ends, the
+    oldest first - so the first prompt's hit goes sooner than without the flag, and every hit on the way
+    reads MTP window pages that exist (a hit never reads a FREE MTP page)."""
+    found = {}
+    for mtp_window in (False, True):
         m = manager(mtp_pages=40, mtp_window=True) if mtp_window else manager()
         serve(m, prompt(0))
-        assert probe(m, extended(prompt(0))).tokens == 400
-        serve(m, prompt(1))
-        hit = probe(m, extended(prompt(0)))
-        assert hit.tokens == expected
-        assert check_invariants(m) == []
-        if mtp_window:
-            details = {r.code: r.detail for r in hit.reasons}
-            assert f"{MTP}: usable to block" in details["WINDOW_MISSING"]  # its points went whole
-            mtp = hit.pages[MTP].tolist()
-            assert len(mtp) == len(hit.pages["swa.swa_window"]) == 8
-            assert set(m.pages(MTP, mtp).states) == {"PUBLISHED"}  # a hit never reads a FREE MTP page
-            m.acquire(rid := m.add_request(extended(prompt(0))), m.match(rid))
-            assert m.request_tokens(rid)[0] == expected
-            m.release(rid)
+        hits = []
+        for other in range(1, 5):
+            serve(m, prompt(other))
+            hit = probe(m, extended(prompt(0)))
+            hits.append(hit.tokens)
+            if mtp_window and hit.tokens:
+                mtp = hit.pages[MTP].tolist()
+                assert len(mtp) == len(hit.pages["swa.swa_window"]) == 8
+                assert set(m.pages(MTP, mtp).states) == {"PUBLISHED"}
+            elif mtp_window:
+                details = {r.code: r.detail for r in hit.reasons}
+                assert f"{MTP}: usable to block" in details["WINDOW_MISSING"]  # its points went whole
             assert check_invariants(m) == []
+        m.acquire(rid := m.add_request(extended(prompt(0))), m.match(rid))
+        assert m.request_tokens(rid)[0] == hits[-1]
+        m.release(rid)
+        assert check_invariants(m) == []
+        found[mtp_window] = hits
+    assert found == {False: [400] * 4, True: [400, 400, 400, 0]}
 
 
 Flash16Mtp = make_manager_machine("deepseek_v4_flash", block_tokens=16, default_pool_pages=128,

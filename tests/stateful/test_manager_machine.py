@@ -49,6 +49,9 @@ V4InVllm = make_manager_machine("engine:v4_in_vllm", default_pool_pages=64, reta
 V4InVllmShared = make_manager_machine("engine:v4_in_vllm:pool_per_group", shared_pages=48, retain_every_blocks=1,
                                       allow_partial_page_copy=False)
 TinySharedSpace = make_manager_machine("tiny_v4", shared_pages=64, retain_every_blocks=1)
+# DeepSeek-V4.1 without bounded replay, shrunk: windows, MLA, and the compressor's ring (a scratch page each)
+V41InVllmShared = make_manager_machine("engine:v41_in_vllm:pool_per_group", shared_pages=48, retain_every_blocks=1,
+                                       allow_partial_page_copy=False)
 
 TestTinyRetainEvery1 = bind(TinyRetainEvery1, 0.5)
 TestTinyRetainEvery2 = bind(TinyRetainEvery2, 0.4)
@@ -59,6 +62,7 @@ TestTinyLinear = bind(TinyLinear, 0.5)
 TestV4InVllm = bind(V4InVllm, 0.3)
 TestV4InVllmShared = bind(V4InVllmShared, 0.3)
 TestTinySharedSpace = bind(TinySharedSpace, 0.3)
+TestV41InVllmShared = bind(V41InVllmShared, 0.3)
 
 
 # ----------------------------------------------------------- the machine can fail

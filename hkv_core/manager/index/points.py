@@ -33,6 +33,9 @@ class PointTable(EntryTable):
                          sole=frozenset(c for c, (_, width) in enumerate(pools) if width == 1))
         self.blocks = blocks
         self.block = np.full(capacity, -1, np.int32)
+        # where requests resume: a prompt's end, a junction, a hit taken; eviction takes the others first
+        self.anchor = np.zeros(capacity, np.bool_)
+        self.evicting = np.zeros(capacity, np.bool_)  # scratch of the eviction planner: points it planned
 
     def view(self, rows: Index) -> PointView:
         return PointView(self, rows)
@@ -43,11 +46,14 @@ class PointTable(EntryTable):
         return found
 
     def keep(self, blocks: NDArray[np.integer], objects: list[NDArray[np.int32]],
-             holds: dict[int, tuple[Index, Index | None]] | None = None) -> Index:
+             holds: dict[int, tuple[Index, Index | None]] | None = None,
+             anchors: NDArray[np.bool_] | None = None) -> Index:
         """Keep a point at the end of each of `blocks`, referring to `objects` (one matrix per column);
-        `holds`: per column, the distinct objects and how often the points list each, when known."""
+        `holds`: per column, the distinct objects and how often the points list each, when known; `anchors`:
+        which are where requests resume (a prompt's end, a junction)."""
         rows = self.peek_rows(len(blocks))
         self.block[rows] = blocks
+        self.anchor[rows] = False if anchors is None else anchors
         for (_, column), objs in zip(self.refs, objects, strict=True):
             column[rows] = objs
         self.pending.update(holds or {})
@@ -62,6 +68,7 @@ class PointTable(EntryTable):
         self.step(rows, Event.DROP)
         self.blocks.point[self.block[rows]] = NO_POINT
         self.block[rows] = -1
+        self.anchor[rows] = False
 
 
 class PointView:

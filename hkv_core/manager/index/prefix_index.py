@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from hkv_core.manager.index.blocks import NO_BLOCK, Attach, BlockTable
+from hkv_core.manager.index.blocks import NO_BLOCK, NO_POINT, Attach, BlockTable
 from hkv_core.manager.index.event_log import EventLog
 from hkv_core.manager.index.eviction import PolicyFactory
 from hkv_core.manager.index.key_table import EMPTY, KeyTable
@@ -115,13 +115,21 @@ class PrefixIndex:
     def touch(self, chain: NDArray[np.integer]) -> None:
         self.policy.touch(chain.astype(np.int32, copy=False))
 
+    def anchor_deepest(self, chain: NDArray[np.integer]) -> None:
+        """The deepest point kept on `chain` (a request's, at its release) becomes an anchor."""
+        kept = np.flatnonzero(self.blocks.point[chain] != NO_POINT)
+        if kept.size:
+            self.points.anchor[self.blocks.point[chain[kept[-1]]]] = True
+
     # ------------------------------------------------------------------ points
 
     def keep_points(self, blocks: NDArray[np.integer], positions: NDArray[np.integer],
                     objects: list[NDArray[np.int32]],
-                    holds: dict[int, tuple[Index, Index | None]] | None = None) -> Index:
-        """Keep a point at the end of each of `blocks` (at token `positions`, for the event log)."""
-        rows = self.points.keep(blocks, objects, holds)
+                    holds: dict[int, tuple[Index, Index | None]] | None = None,
+                    anchors: NDArray[np.bool_] | None = None) -> Index:
+        """Keep a point at the end of each of `blocks` (at token `positions`, for the event log); `anchors`: which
+        are where requests resume (eviction takes them last)."""
+        rows = self.points.keep(blocks, objects, holds, anchors)
         self.points.reserved -= len(rows)
         if self.log is not None and len(rows):
             self.log.points_stored(self.blocks.key[blocks], positions)

@@ -1,4 +1,4 @@
-"""The three roles of page pools (prefix, window, tail): see roles/base.py."""
+"""The roles of page pools (prefix, window, tail, scratch): see roles/base.py."""
 
 from __future__ import annotations
 
@@ -6,12 +6,13 @@ from hkv_core.manager.lanes import LaneSpec, PoolRole
 from hkv_core.manager.page_pools import FIRED, PoolSlots
 from hkv_core.manager.roles.base import Builder, Condition, Moves, Role, Shared
 from hkv_core.manager.roles.prefix import PrefixRole
+from hkv_core.manager.roles.scratch import ScratchRole
 from hkv_core.manager.roles.tail import TailRole
 from hkv_core.manager.roles.window import WindowRole, window_width
 from hkv_core.spec.names import Event
 
 ROLE_CLASSES: dict[PoolRole, type[Role]] = {PoolRole.PREFIX: PrefixRole, PoolRole.WINDOW: WindowRole,
-                                            PoolRole.TAIL: TailRole}
+                                            PoolRole.TAIL: TailRole, PoolRole.SCRATCH: ScratchRole}
 POINT_ROLES = (PoolRole.WINDOW, PoolRole.TAIL)  # roles whose pools resume points refer to, in column order
 
 
@@ -50,5 +51,5 @@ def build_roles(shared: Shared, pools: tuple[PoolSlots, ...]) -> tuple[Role, ...
     return tuple(roles)
 
 
-__all__ = ["Builder", "Condition", "Moves", "PrefixRole", "Role", "Shared", "TailRole", "WindowRole", "build_roles",
-           "block_columns", "events_fired", "point_columns", "pools_of"]
+__all__ = ["Builder", "Condition", "Moves", "PrefixRole", "Role", "ScratchRole", "Shared", "TailRole", "WindowRole",
+           "block_columns", "build_roles", "events_fired", "point_columns", "pools_of"]
