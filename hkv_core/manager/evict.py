@@ -196,7 +196,8 @@ def _running_points(core: Core, deepest: bool | None = None) -> Blocks:
     if deepest is None:
         return order
     latest = np.isin(order, np.asarray([h[-1] for h in held if len(h)], np.int32)) | (sharing[ranked] > 1)
-    return order[latest == deepest]
+    chosen: Blocks = order[latest == deepest]
+    return chosen
 
 
 def _apply(core: Core, walk: Walk, cut: int | None, max_units: int | None) -> int:
