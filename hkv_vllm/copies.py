@@ -50,11 +50,11 @@ class BlockCopies:
         self.held: dict[tuple[int, ...], list[Copy]] = {}  # handed to vLLM, keyed by the ids of their blocks
         self.open: dict[int, int] = {}  # hkv plan id -> request id, for plans not completed yet
 
-    def apply(self, entry: Entry, alloc: Allocation) -> None:
+    def apply(self, entry: Entry, alloc: Allocation) -> list[tuple[int, int]]:
         """Point the request's blocks at the copies' new pages (where they held the hit's source pages), and
-        queue one vLLM copy per group the copied pool serves."""
+        queue one vLLM copy per group the copied pool serves; the (group, new block id) of each copy."""
         if alloc.plan is None:
-            return
+            return []
         pairs = []
         for op in alloc.copies:
             for group in self.groups:
@@ -69,6 +69,7 @@ class BlockCopies:
                 pairs.append((g, source, target))
         self.pending.append(Copy(rid=entry.rid, plan_id=alloc.plan.plan_id, pairs=pairs))
         self.open[alloc.plan.plan_id] = entry.rid
+        return [(g, target.block_id) for g, _, target in pairs]
 
     def take(self) -> tuple[list[Any], list[Any]]:
         """The copies queued since the last call, as vLLM's `KVCacheBlockCopy`s, and the blocks they hold."""

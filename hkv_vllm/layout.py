@@ -43,7 +43,8 @@ TORCH_DTYPES = {"torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float3
                 "torch.uint8": "fp8", "torch.float8_e4m3fn": "fp8"}  # an fp8 cache: bytes hkv never reads
 PAGE_ALIGNMENT_BYTES = 16  # the smallest hkv accepts: one page is exactly one vLLM block
 SERVED_SPECS = ("FullAttentionSpec", "MLAAttentionSpec", "SlidingWindowSpec", "SlidingWindowMLASpec",
-                "ChunkedLocalAttentionSpec")
+                "ChunkedLocalAttentionSpec", "CircularBufferSpec")
+REPLAY_SETTING = "--no-swa-bounded-replay"  # vLLM's CacheConfig.swa_bounded_replay=False: V4.1's window cached
 
 
 @attrs.frozen(kw_only=True)
@@ -54,6 +55,11 @@ class GroupPool:
     pool: str
     block_size: int
     window: int  # the group's sliding window in tokens (0: full attention)
+    ring: bool = False  # a CircularBufferSpec ring: one block per request for its life (hkv's scratch role)
+
+    def blocks_for(self, tokens: int) -> int:
+        """The blocks of the group that cover `tokens` tokens (a ring: its one block)."""
+        return 1 if self.ring else -(-tokens // self.block_size)
 
     @staticmethod
     def block_id(page: int) -> int:
@@ -99,8 +105,10 @@ def layout_from_kv_cache_config(kv_cache_config: Any, *, hash_block_size: int | 
     if not specs:
         raise UnsupportedVllmConfig(feature="kv_cache_groups", detail="no KV cache group (an attention-free model)")
     windows = [_window(i, spec) for i, spec in enumerate(specs)]
-    block = hash_block_size if hash_block_size is not None else min(s.block_size for s in specs)
-    engine_groups = [_engine_group(i, spec, windows[i], block) for i, spec in enumerate(specs)]
+    rings = [type(spec).__name__ == "CircularBufferSpec" for spec in specs]
+    block = hash_block_size if hash_block_size is not None else min(
+        s.block_size for s, ring in zip(specs, rings, strict=True) if not ring)
+    engine_groups = [_engine_group(i, spec, windows[i], block, rings[i]) for i, spec in enumerate(specs)]
     _check_states(specs, block if fine_hits else math.lcm(*(s.block_size for s in specs)), fine_hits)
     if kv_cache_config.num_blocks < 2:  # block 0 is vLLM's null block, hkv's NULL page
         raise UnsupportedVllmConfig(feature="num_blocks",
@@ -110,8 +118,8 @@ def layout_from_kv_cache_config(kv_cache_config: Any, *, hash_block_size: int | 
                                       alignment_bytes=PAGE_ALIGNMENT_BYTES, source="vLLM KVCacheConfig")
     except ConfigError as exc:  # a geometry hkv's pools cannot hold (what vLLM's names say is checked above)
         raise UnsupportedVllmConfig(feature=f"kv_cache_{exc.key}", detail=str(exc)) from exc
-    groups = tuple(GroupPool(group_id=i, pool=pools[i], block_size=spec.block_size, window=windows[i])
-                   for i, spec in enumerate(specs))
+    groups = tuple(GroupPool(group_id=i, pool=pools[i], block_size=spec.block_size, window=windows[i],
+                             ring=rings[i]) for i, spec in enumerate(specs))
     return VllmLayout(layout=layout, groups=groups, num_blocks=kv_cache_config.num_blocks, block_tokens=block)
 
 
@@ -127,15 +135,16 @@ def _check_states(specs: list[Any], hit_unit: int, fine_hits: bool) -> None:
                                                f"could end inside a state")
 
 
-def _engine_group(group_id: int, spec: Any, window: int, block: int) -> EngineGroup:
-    """hkv's geometry of one vLLM group: one page per vLLM block."""
-    if spec.block_size % block:
+def _engine_group(group_id: int, spec: Any, window: int, block: int, ring: bool) -> EngineGroup:
+    """hkv's geometry of one vLLM group: one page per vLLM block (a ring's need not be whole hash blocks: it is
+    never keyed)."""
+    if spec.block_size % block and not ring:
         raise UnsupportedVllmConfig(feature=f"kv_cache_groups[{group_id}]",
                                     detail=f"a {'sliding-window' if window else 'full-attention'} group of "
                                            f"{spec.block_size}-token blocks with {block}-token hash blocks "
                                            f"(hkv needs a whole number of hash blocks per block)")
     return EngineGroup(window_tokens=window, tokens_per_page=spec.block_size, kv_dtype=_dtype(spec.dtype),
-                       num_kv_heads=spec.num_kv_heads, head_dim=spec.head_size)
+                       num_kv_heads=spec.num_kv_heads, head_dim=spec.head_size, ring=ring)
 
 
 def _window(group_id: int, spec: Any) -> int:
@@ -145,20 +154,28 @@ def _window(group_id: int, spec: Any) -> int:
     of C tokens: the chunk lies within the last C tokens, so the window keeps every block the chunk reads
     (and up to C - 1 tokens more than vLLM keeps).  A full-attention group that the model computes as a
     window or in chunks keeps every block, as vLLM keeps them."""
-    from vllm.v1.kv_cache_interface import ChunkedLocalAttentionSpec, FullAttentionSpec, SlidingWindowSpec
+    from vllm.v1.kv_cache_interface import (
+        ChunkedLocalAttentionSpec,
+        CircularBufferSpec,
+        FullAttentionSpec,
+        SlidingWindowSpec,
+    )
 
     kind, where = type(spec).__name__, f"kv_cache_groups[{group_id}]"
     if kind not in SERVED_SPECS or not isinstance(spec, FullAttentionSpec | SlidingWindowSpec
-                                                  | ChunkedLocalAttentionSpec):
+                                                  | ChunkedLocalAttentionSpec | CircularBufferSpec):
         raise UnsupportedVllmConfig(feature=where, detail=f"a {kind} group (served: {', '.join(SERVED_SPECS)})")
     if isinstance(spec, ChunkedLocalAttentionSpec):
         window = spec.attention_chunk_size
     elif isinstance(spec, SlidingWindowSpec):
         if getattr(spec, "bounded_replay", False):
-            raise UnsupportedVllmConfig(feature=where,
-                                        detail="a SlidingWindowMLASpec group with bounded replay (vLLM recomputes "
-                                               "its window after a hit and rebuilds the compressor state from "
-                                               "it; hkv never recomputes a window)")
+            raise UnsupportedVllmConfig(
+                feature="swa_bounded_replay",
+                detail=f"{where}: a sliding window with bounded replay (DeepSeek-V4.1: after a hit vLLM recomputes "
+                       f"the last {spec.sliding_window} tokens, which its own code calls not bit-identical to a "
+                       f"full prefill, and keeps the window out of prefix caching; a manager cannot opt out).  "
+                       f"hkv serves V4.1 exactly with the window cached instead: start vLLM with "
+                       f"{REPLAY_SETTING} (CacheConfig.swa_bounded_replay=False)")
         window = spec.sliding_window
     else:
         return 0

@@ -60,6 +60,7 @@ class HkvKVCacheManager:
                  fine_hits: bool = False) -> None:
         from vllm.v1.core.kv_cache_coordinator import _validate_prefix_cache_retention_interval
         from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+        from vllm.v1.kv_cache_interface import AttentionSpec, CircularBufferSpec
         from vllm.v1.metrics.stats import PrefixCacheStats
 
         _refuse(dcp=dcp_world_size, pcp=pcp_world_size)
@@ -90,6 +91,11 @@ class HkvKVCacheManager:
         self.deferred: dict[tuple[int, ...], Entry] = {}  # requests freed by vLLM, their blocks not yet returned
         self.block_pool = BlockPoolView(self)
         specs = [g.kv_cache_spec for g in kv_cache_config.kv_cache_groups]
+        # as vLLM's managers: attention groups of a cache that needs zeroing record new blocks (a ring is read
+        # only where its own request wrote it)
+        self.zeroing = [bool(kv_cache_config.needs_kv_cache_zeroing) and isinstance(spec, AttentionSpec)
+                        and not isinstance(spec, CircularBufferSpec) for spec in specs]
+        self.new_block_ids: list[int] = []
         self.coordinator = CoordinatorView(self, specs)
         self.num_kv_cache_groups = len(specs)
         self.retained_hit_group_ids: tuple[int, ...] = ()
@@ -192,7 +198,7 @@ class HkvKVCacheManager:
         # whole pages, as vLLM allocates whole blocks: hkv's allocation runs to the end of the last block, past
         # the known tokens where it must (slots reserved ahead: drafts, lookahead, async scheduling's next token)
         end = min(-(-target // size) * size, self.hkv.config.max_request_tokens)
-        blocks = self._allocate(entry, end, hit_ids, num_new_computed_tokens)
+        blocks = self._allocate(entry, end, hit_ids, num_new_computed_tokens, skip_zeroing_group_ids)
         if blocks is not None and (delay_cache_blocks or num_external_computed_tokens):
             # a connector's load: vLLM counts its tokens computed now.  An async one is written when vLLM reports
             # it (`cache_blocks`); a sync one once the step that loads it is reported written (under async
@@ -206,9 +212,10 @@ class HkvKVCacheManager:
         block is one hkv block: the hot path of a decode step)."""
         if self.vllm_layout.uniform:
             return -(-tokens // self._block_tokens) <= len(entry.blocks[0])
-        return all(-(-tokens // g.block_size) <= len(entry.blocks[g.group_id]) for g in self.groups)
+        return all(g.blocks_for(tokens) <= len(entry.blocks[g.group_id]) for g in self.groups)
 
-    def _allocate(self, entry: Entry, target: int, hit_ids: list[list[int]], hit_tokens: int) -> Any:
+    def _allocate(self, entry: Entry, target: int, hit_ids: list[list[int]], hit_tokens: int,
+                  skip_zeroing: tuple[int, ...] = ()) -> Any:
         acquiring = not entry.acquired
         if acquiring and hit_tokens:
             assert entry.hit is not None
@@ -229,19 +236,26 @@ class HkvKVCacheManager:
             if acquiring:
                 self._forget(entry)
             return None
-        self.copies.apply(entry, alloc)  # a fine hit's partial last block: copied on write
+        copied = self.copies.apply(entry, alloc)  # a fine hit's partial last block: copied on write
         new = []
         for group in self.groups:
             table = alloc.block_tables[group.pool][len(entry.blocks[group.group_id]):]
             new.append(self.blocks.take(entry, group.group_id, group.block_ids(table)))
+        self._to_zero([(g, b.block_id) for g, blocks in enumerate(new) for b in blocks] + copied, skip_zeroing)
         self._drop_out_of_window(entry)
         return self.create_kv_cache_blocks(tuple(new))
 
+    def _to_zero(self, blocks: list[tuple[int, int]], skip: tuple[int, ...] = ()) -> None:
+        """Queue for zeroing the (group, block id) pairs of groups vLLM zeroes (a mixed-precision cache: a block
+        entering a group may hold another group's bytes; `skip`: groups an async load writes)."""
+        self.new_block_ids += [block for g, block in blocks if block and self.zeroing[g] and g not in skip]
+
     def _hit_ids(self, hit: Hit) -> list[list[int]]:
-        """Per group, the vLLM block ids of hkv's hit, one per block of it (the null block before a window)."""
+        """Per group, the vLLM block ids of hkv's hit, one per block of it (the null block before a window; a
+        ring's none: a hit reads nothing of it)."""
         out = []
         for group in self.groups:
-            blocks = -(-hit.tokens // group.block_size)  # a fine hit's partial last block included
+            blocks = 0 if group.ring else -(-hit.tokens // group.block_size)  # a fine hit's partial last block
             ids = group.block_ids(hit.pages[group.pool])
             assert len(ids) <= blocks, (group, len(ids), blocks)
             out.append([0] * (blocks - len(ids)) + ids)
@@ -264,7 +278,7 @@ class HkvKVCacheManager:
         its blocks are given back while the sequence is computed (`max_admission_blocks_per_request`)."""
         partial = entry.hit.tokens if entry.hit is not None and any(hit_ids) else 0  # a fine hit's last block: copied
         caps = self._admission_caps if admission else self._no_caps
-        return [max(0, min(-(-tokens // g.block_size), cap) - len(entry.blocks[g.group_id]) - len(ids))
+        return [max(0, min(g.blocks_for(tokens), cap) - len(entry.blocks[g.group_id]) - len(ids))
                 + sum(1 for i in ids if i and self.blocks.by_id[i].ref_cnt == 0) + int(partial % g.block_size > 0)
                 for g, ids, cap in zip(self.groups, hit_ids, caps, strict=True)]
 
@@ -378,7 +392,7 @@ class HkvKVCacheManager:
         return self.get_blocks(request_id).get_block_ids()  # type: ignore[no-any-return]
 
     def get_block_ids_for_computed_tokens(self, request_id: str, num_computed_tokens: int) -> tuple[list[int], ...]:
-        return tuple(ids[:-(-num_computed_tokens // g.block_size)]
+        return tuple(ids[:g.blocks_for(num_computed_tokens)]
                      for g, ids in zip(self.groups, self.get_block_ids(request_id), strict=True))
 
     def estimate_cached_tokens(self, request: Any) -> int:
@@ -389,16 +403,22 @@ class HkvKVCacheManager:
         return self._KVCacheBlocks(blocks) if any(blocks) else self.empty_kv_cache_blocks
 
     def truncate_computed_blocks(self, blocks: Any, num_computed_tokens: int) -> Any:
-        assert all(num_computed_tokens % g.block_size == 0 for g in self.groups)
-        return self.create_kv_cache_blocks(tuple(list(b[:num_computed_tokens // g.block_size])
+        assert all(num_computed_tokens % g.block_size == 0 for g in self.groups if not g.ring)
+        return self.create_kv_cache_blocks(tuple(list(b[:0 if g.ring else num_computed_tokens // g.block_size])
                                                  for g, b in zip(self.groups, blocks.blocks, strict=True)))
 
     def take_new_block_ids(self) -> list[int]:
-        return []  # attention blocks are written before they are read, each in its group's dtype: none needs zeroing
+        """The blocks that entered a group vLLM zeroes since the last call (with one block space a block may pass
+        from a group of one precision to another's: vLLM's worker zeroes them before the step reads them)."""
+        found, self.new_block_ids = self.new_block_ids, []
+        return found
 
     def record_blocks_for_zeroing(self, request_id: str, start_token: int) -> None:
-        """Nothing to zero (vLLM asks after a failed load on a mixed-precision cache): as for new blocks
-        (`take_new_block_ids`), each block id stays in its group's dtype."""
+        """A connector's load failed from `start_token` on: the request's blocks from there are zeroed again."""
+        entry = self.entries.get(request_id)
+        if entry is not None:
+            self._to_zero([(g.group_id, b.block_id) for g in self.groups if not g.ring
+                           for b in entry.blocks[g.group_id][start_token // g.block_size:]])
 
     def take_kv_cache_block_copies(self) -> tuple[list[Any], list[Any]]:
         """The copies of fine hits' partial blocks queued since the last call, and the blocks they hold (vLLM

@@ -34,7 +34,10 @@ whole batch's KV (`reshape_and_cache`) before any of the batch attends, so a
 request may read, at positions below its own s, KV that another request
 writes in the same step (stock vLLM's hits on blocks scheduled in the same
 step), and a write that clobbers a slot another request reads is caught.  Two
-different records written to one slot in one step are a wrong write.
+different records written to one slot in one step are a wrong write (but for
+a ring, where a request's own later rows overwrite its earlier ones, and
+whose reads come before the step's writes: the compressor reads the open
+group's rows before it saves the step's).
 
 Block ids name memory, not (group, block) pairs: vLLM's groups share the KV
 tensors (one tensor per layer position, `KVCacheTensor.shared_by`), so block
@@ -54,24 +57,26 @@ so the step reads [s // C * C, s).  A full-attention spec that the model
 computes as a window or in chunks (`FullAttentionSpec.sliding_window`,
 `attention_chunk_size`) reads like one.
 
+DeepSeek-V4's groups: its compressor-state groups are `SlidingWindowMLASpec`
+windows of one entry per token (`WindowReads`); its compressed MLA group
+(`tokens_per_state` > 1: C4 and C128 KV and the indexer's keys) holds one
+entry per `tokens_per_state` tokens, written when the last of them is
+computed and read by every later token (`CompressedReads`); V4.1's
+`CircularBufferSpec` ring is one block per request, position p in slot
+p % block_size, and a step from s reads the open compression group's rows
+(`RingReads`): a ring another request writes too is a wrong read.
+
 Extension point: another group kind is one `ReadRule` subclass (which positions
-a step reads from the cache, `reads`, and where a position lives in the
-request's table, `locate`) registered in `RULES` under its spec class name.
-DeepSeek-V4's compressor groups are `SlidingWindowMLASpec` windows (served by
-`WindowReads` when one entry is one token; a compressed group,
-`tokens_per_state` > 1, needs a `locate` mapping tokens to state rows and a
-record per state, not written yet); V4.1's `CircularBufferSpec` ring is one
-block per request, never shared: a rule whose `locate` is
-`(0, p % block_size)` and whose `reads` are the open compression group's
-positions, and whose record check then proves the ring holds only this
-request's keys.
+a step reads from the cache, `reads`, which positions write an entry,
+`writes`, and where a position's entry lives in the request's table,
+`locate`) registered in `RULES` under its spec class name.
 
 Out of scope (refused with NotImplementedError where the output shows it):
 speculative decoding (`scheduled_spec_decode_tokens`), async scheduling where
 a step is scheduled before the previous one's tokens are sampled (a scheduled
 token not yet known; vLLM's AsyncScheduler as `drive.run` steps it, each
 output in before the next schedule, is served), KV connectors
-(`kv_connector_metadata`), compressed groups, bounded window replay,
+(`kv_connector_metadata`), compressed sliding windows, bounded window replay,
 multimodal inputs and prompt embeddings (the identity is the token ids and
 the LoRA adapter only).
 """
@@ -135,11 +140,22 @@ class ReadRule:
     """Full attention (and MLA): token t reads every position up to t, so a step from s reads [0, s)."""
 
     def reads(self, start: int, end: int) -> range:
-        """The positions below `start` that the tokens [start, end) read from the cache."""
+        """The positions below `start` whose entries the tokens [start, end) read from the cache."""
         return range(0, start)
 
+    def writes(self, position: int) -> bool:
+        """Whether computing `position` writes an entry (a compressed group writes one per `tokens_per_state`)."""
+        return True
+
+    @property
+    def wraps(self) -> bool:
+        """Whether a request's later positions overwrite its earlier ones' slots (a ring), in one step too: its
+        reads then come before the step's writes (the compressor reads the open group's rows, then saves the
+        step's; a chunk longer than the ring overwrites what it read)."""
+        return False
+
     def locate(self, position: int, block_size: int) -> tuple[int, int]:
-        """(index in the request's block table, slot in that block) of `position`."""
+        """(index in the request's block table, slot in that block) of `position`'s entry."""
         return divmod(position, block_size)
 
 
@@ -163,7 +179,54 @@ class ChunkReads(ReadRule):
         return range(start // self.chunk * self.chunk, start)
 
 
-def _full(spec: Any) -> ReadRule:
+@attrs.frozen
+class CompressedReads(ReadRule):
+    """A compressed MLA group (DeepSeek-V4's C4 / C128 KV and indexer K, `tokens_per_state` > 1): one entry per
+    `per_state` tokens, written when the last of them is computed (the entry of positions [k * per_state,
+    (k + 1) * per_state) is a function of the prefix up to its last token, so the record is that position's),
+    and token t reads every complete entry before it; the open group's tokens are in the compressor-state
+    groups (windows) or the ring."""
+
+    per_state: int
+
+    def reads(self, start: int, end: int) -> range:
+        return range(self.per_state - 1, start, self.per_state)
+
+    def writes(self, position: int) -> bool:
+        return (position + 1) % self.per_state == 0
+
+    def locate(self, position: int, block_size: int) -> tuple[int, int]:
+        index, offset = divmod(position, block_size)
+        return index, offset // self.per_state
+
+
+@attrs.frozen
+class RingReads(ReadRule):
+    """DeepSeek-V4.1's compressor ring (`CircularBufferSpec`): one block per request for its lifetime, position p
+    in slot p % block_size (`_ring_slot_mapping_kernel` in vllm/models/deepseek_v41/compressor.py); a step from
+    s reads the open compression group's earlier rows [s // ratio * ratio, s) (`ratio` the model's compression
+    ratio, its compressed group's `tokens_per_state`).  A ring another request also writes is caught here."""
+
+    ratio: int
+
+    def reads(self, start: int, end: int) -> range:
+        return range(start // self.ratio * self.ratio, start)
+
+    def locate(self, position: int, block_size: int) -> tuple[int, int]:
+        return 0, position % block_size
+
+    @property
+    def wraps(self) -> bool:
+        return True
+
+
+def _per_state(spec: Any) -> int:
+    return int(getattr(spec, "tokens_per_state", 1) or 1)
+
+
+def _full(spec: Any, ratio: int) -> ReadRule:
+    if _per_state(spec) > 1:
+        return CompressedReads(_per_state(spec))
     if getattr(spec, "sliding_window", None):  # a full-attention group the model computes as a window
         return WindowReads(int(spec.sliding_window))
     if getattr(spec, "attention_chunk_size", None):
@@ -171,33 +234,45 @@ def _full(spec: Any) -> ReadRule:
     return ReadRule()
 
 
-def _window(spec: Any) -> ReadRule:
+def _window(spec: Any, ratio: int) -> ReadRule:
     if getattr(spec, "bounded_replay", False):
         raise NotImplementedError("a sliding window with bounded replay (vLLM recomputes it after a hit)")
+    if _per_state(spec) > 1:
+        raise NotImplementedError(f"a compressed sliding window ({_per_state(spec)} tokens per state)")
     return WindowReads(int(spec.sliding_window))
 
 
-def _chunk(spec: Any) -> ReadRule:
+def _chunk(spec: Any, ratio: int) -> ReadRule:
     return ChunkReads(int(spec.attention_chunk_size))
 
 
-RULES: dict[str, Callable[[Any], ReadRule]] = {  # the extension point: a spec class name -> its read rule
+def _ring(spec: Any, ratio: int) -> ReadRule:
+    return RingReads(ratio)
+
+
+# The extension point: a spec class name -> its read rule, given the spec and the model's compression ratio.
+RULES: dict[str, Callable[[Any, int], ReadRule]] = {
     "FullAttentionSpec": _full,
     "MLAAttentionSpec": _full,
     "SlidingWindowSpec": _window,
     "SlidingWindowMLASpec": _window,
     "ChunkedLocalAttentionSpec": _chunk,
+    "CircularBufferSpec": _ring,
 }
 
 
-def read_rule(spec: Any) -> ReadRule:
-    """The read rule of a vLLM KV cache spec (NotImplementedError for a kind with none yet)."""
+def read_rule(spec: Any, *, compress_ratio: int = 1) -> ReadRule:
+    """The read rule of a vLLM KV cache spec (NotImplementedError for a kind with none yet); `compress_ratio` is
+    the model's (what a ring's reads depend on)."""
     kind = type(spec).__name__
     if kind not in RULES:
         raise NotImplementedError(f"no shadow read rule for a {kind} group (add one to hkv_vllm.shadow.RULES)")
-    if (getattr(spec, "tokens_per_state", 1) or 1) != 1:
-        raise NotImplementedError(f"a compressed {kind} group ({spec.tokens_per_state} tokens per state)")
-    return RULES[kind](spec)
+    return RULES[kind](spec, compress_ratio)
+
+
+def compress_ratio(specs: Iterable[Any]) -> int:
+    """The compression ratio a ring serves: the largest `tokens_per_state` of the model's non-ring groups."""
+    return max((_per_state(s) for s in specs if type(s).__name__ != "CircularBufferSpec"), default=1)
 
 
 # ---------------------------------------------------------------------------------------------- prefixes
@@ -262,7 +337,8 @@ class ShadowWorker:
     def __init__(self, kv_cache_config: Any, *, details: int = 20) -> None:
         groups = kv_cache_config.kv_cache_groups
         self.block_sizes = tuple(int(g.kv_cache_spec.block_size) for g in groups)
-        self.rules = tuple(read_rule(g.kv_cache_spec) for g in groups)
+        ratio = compress_ratio(g.kv_cache_spec for g in groups)
+        self.rules = tuple(read_rule(g.kv_cache_spec, compress_ratio=ratio) for g in groups)
         self.details = details
         self.slots: dict[int, dict[int, Record]] = {}  # block id -> slot -> the record written there last
         self.requests: dict[str, _Request] = {}
@@ -290,11 +366,13 @@ class ShadowWorker:
         spans = self._update_tables(output)
         for span in spans:
             self._identify(span, tokens(span.req_id))
+        for span in spans:
+            self._check_reads(span, before_writes=True)
         written: dict[tuple[int, int], Record] = {}
         for span in spans:
             self._write(span, written)
         for span in spans:
-            self._check_reads(span)
+            self._check_reads(span, before_writes=False)
 
     @property
     def summary(self) -> dict[str, int]:
@@ -366,19 +444,22 @@ class ShadowWorker:
         request = self.requests[span.req_id]
         for group, rule in enumerate(self.rules):
             for position in range(span.start, span.end):
+                if not rule.writes(position):
+                    continue
                 index, slot = rule.locate(position, self.block_sizes[group])
                 block = _block_at(request.table[group], index)
                 record = Record(group, request.ids[position], position, span.req_id, self.steps)
-                self._store(span.req_id, block, slot, record, written)
+                self._store(span.req_id, block, slot, record, written, rule.wraps)
 
     def _store(self, req_id: str, block: int | None, slot: int, record: Record,
-               written: dict[tuple[int, int], Record]) -> None:
+               written: dict[tuple[int, int], Record], wraps: bool) -> None:
         self.writes += 1
         if block is None or block == NULL_BLOCK:
             self._wrong_write(req_id, record, block, slot, "no block" if block is None else "the null block")
             return
         earlier = written.get((block, slot))
-        if earlier is not None and (earlier.group, earlier.prefix) != (record.group, record.prefix):
+        if (earlier is not None and (earlier.group, earlier.prefix) != (record.group, record.prefix)
+                and not (wraps and earlier.writer == req_id)):
             self._wrong_write(req_id, record, block, slot,
                               f"written in this step by {earlier.writer} (group {earlier.group}) too")
         slots = self.slots.setdefault(block, {})
@@ -386,9 +467,11 @@ class ShadowWorker:
             slots.clear()
         slots[slot] = written[(block, slot)] = record
 
-    def _check_reads(self, span: _Span) -> None:
+    def _check_reads(self, span: _Span, *, before_writes: bool) -> None:
         request = self.requests[span.req_id]
         for group, rule in enumerate(self.rules):
+            if rule.wraps != before_writes:
+                continue
             for position in rule.reads(span.start, span.end):
                 index, slot = rule.locate(position, self.block_sizes[group])
                 block = _block_at(request.table[group], index)

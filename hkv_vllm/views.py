@@ -47,11 +47,11 @@ class GroupView:
     """One KV cache group as vLLM's single-type manager describes it."""
 
     retains_longer_hit = False
-    records_new_block_ids = False
 
     def __init__(self, owner: HkvKVCacheManager, group: GroupPool, spec: Any) -> None:
         self._owner, self.kv_cache_group_id, self.block_size = owner, group.group_id, group.block_size
         self.kv_cache_spec = spec
+        self.records_new_block_ids = owner.zeroing[group.group_id]  # (the blocks: owner.take_new_block_ids)
 
     @property
     def _null_block(self) -> Any:
@@ -90,8 +90,8 @@ class CoordinatorView:
     def get_num_blocks_to_allocate(self, *, request_id: str, num_tokens: int, **_: Any) -> int:
         """Blocks the request needs beyond what it holds to cover `num_tokens` tokens, all groups together."""
         entry = self._owner.entries.get(request_id)
-        return sum(max(0, -(-num_tokens // g.block_size) - (len(entry.blocks[g.kv_cache_group_id]) if entry else 0))
-                   for g in self.single_type_managers)
+        return sum(max(0, pool.blocks_for(num_tokens) - (len(entry.blocks[pool.group_id]) if entry else 0))
+                   for pool in self._owner.groups)
 
 
 class BlockPoolView:

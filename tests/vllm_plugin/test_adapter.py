@@ -98,7 +98,7 @@ def test_hybrid_groups_each_get_a_pool_and_share_one_block_space():
 
 @pytest.mark.parametrize(("specs", "feature", "match"), [
     (lambda: (full(), mamba()), "kv_cache_groups[1]", "MambaSpec"),
-    (lambda: (sliding_mla(128, bounded_replay=True),), "kv_cache_groups[0]", "bounded replay"),
+    (lambda: (sliding_mla(128, bounded_replay=True),), "swa_bounded_replay", "--no-swa-bounded-replay"),
     (lambda: (full(block_size=24), full()), "kv_cache_groups[0]", "a whole number of hash blocks"),
     (lambda: (full(dtype="int8"),), "kv_cache_dtype", "int8"),
     (lambda: (full(), sliding(64, block_size=24)), "kv_cache_groups[1]", "24-token blocks with 16-token hash"),
