@@ -95,13 +95,15 @@ def test_read_rules_follow_vllms_windows_and_refuse_what_they_do_not_model():
     import torch
     from vllm.v1.kv_cache_interface import (
         ChunkedLocalAttentionSpec,
+        CircularBufferSpec,
         FullAttentionSpec,
         MambaSpec,
+        MLAAttentionSpec,
         SlidingWindowMLASpec,
         SlidingWindowSpec,
     )
 
-    from hkv_vllm.shadow import ReadRule, read_rule
+    from hkv_vllm.shadow import ReadRule, compress_ratio, read_rule
 
     shape = dict(block_size=16, num_kv_heads=1, head_size=1, dtype=torch.float32)
     assert read_rule(FullAttentionSpec(**shape)).reads(48, 50) == range(0, 48)
@@ -115,6 +117,15 @@ def test_read_rules_follow_vllms_windows_and_refuse_what_they_do_not_model():
         read_rule(MambaSpec(block_size=16, shapes=((1,),), dtypes=(torch.float32,)))
     with pytest.raises(NotImplementedError, match="bounded replay"):
         read_rule(SlidingWindowMLASpec(**shape, sliding_window=32, bounded_replay=True))
+    # DeepSeek-V4's compressed MLA group: an entry per 4 tokens, written at the 4th, read by every later token
+    mla = read_rule(MLAAttentionSpec(**{**shape, "block_size": 256}, tokens_per_state=4))
+    assert mla.reads(16, 20) == range(3, 16, 4) and mla.locate(263, 256) == (1, 1)
+    assert [mla.writes(p) for p in range(8)] == [False, False, False, True] * 2
+    # V4.1's ring (compression ratio 2): position p in slot p % 8 of the one block; the open pair's first row
+    ring = read_rule(CircularBufferSpec(**{**shape, "block_size": 8}), compress_ratio=2)
+    assert ring.reads(13, 14) == range(12, 13) and ring.reads(14, 20) == range(14, 14)
+    assert ring.locate(13, 8) == (0, 5) and ring.wraps and not mla.wraps
+    assert compress_ratio([FullAttentionSpec(**shape), MLAAttentionSpec(**shape, tokens_per_state=2)]) == 2
 
 
 # ---------------------------------------------------------------------------------------------- broken variants
