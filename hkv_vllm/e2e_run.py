@@ -28,7 +28,7 @@ def engine_args(w: Workload, mode: str, model: Path, dtype: str = "float32") -> 
     """LLM(...) arguments: a cache of fewer blocks than the users' chats need at once (block 0 is vLLM's null block)."""
     longest = w.system_tokens + w.turns * w.message_tokens + w.turns * w.answer_tokens
     per_group = -(-longest // BLOCK_SIZE) + 1
-    groups = 2 if w.sliding_window else 1  # hkv splits the blocks evenly between vLLM's groups (docs/vllm.md)
+    groups = 2 if w.sliding_window else 1  # room for the longest chat in each group (both draw on one space)
     hkv = mode == "hkv"
     return dict(model=str(model), tokenizer=str(model), dtype=dtype, seed=0, enforce_eager=True,
                 block_size=BLOCK_SIZE, num_gpu_blocks_override=groups * per_group + 1,
