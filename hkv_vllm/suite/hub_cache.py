@@ -1,9 +1,11 @@
 """A Hugging Face hub cache holding only the config files vLLM's scheduler tests name.
 
 vLLM's tests build a `ModelConfig` for a model id (facebook/opt-125m,
-llava-hf/llava-1.5-7b-hf); with `HF_HUB_OFFLINE=1` and this cache that reads
-the config from disk.  No weights, no tokenizer, nothing downloaded: the
-scheduler tests never run a model.  The configs are the public ones' shape
+llava-hf/llava-1.5-7b-hf, Qwen/Qwen1.5-7B, and Qwen/Qwen3-0.6B: the model a
+bare `ModelConfig()` names, as the KV cache planning tests build it); with
+`HF_HUB_OFFLINE=1` and this cache that reads the config from disk.  No
+weights, no tokenizer, nothing downloaded: the scheduler tests never run a
+model.  The configs are the public ones' shape
 (architecture, sizes, vocabulary), which is all a scheduler reads.
 """
 
@@ -36,6 +38,23 @@ CONFIGS: dict[str, dict[str, object]] = {
         "vision_config": {"model_type": "clip_vision_model", "hidden_size": 1024, "image_size": 336,
                           "intermediate_size": 4096, "num_attention_heads": 16, "num_hidden_layers": 24,
                           "patch_size": 14, "projection_dim": 768, "vocab_size": 32000},
+    },
+    "Qwen/Qwen3-0.6B": {  # ModelConfig's default model
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "attention_bias": False,
+        "attention_dropout": 0.0, "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128,
+        "hidden_act": "silu", "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 3072,
+        "max_position_embeddings": 40960, "max_window_layers": 28, "num_attention_heads": 16,
+        "num_hidden_layers": 28, "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "rope_scaling": None,
+        "rope_theta": 1000000, "sliding_window": None, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
+        "use_cache": True, "use_sliding_window": False, "vocab_size": 151936,
+    },
+    "Qwen/Qwen1.5-7B": {
+        "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "attention_dropout": 0.0,
+        "bos_token_id": 151643, "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 4096,
+        "initializer_range": 0.02, "intermediate_size": 11008, "max_position_embeddings": 32768,
+        "max_window_layers": 28, "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+        "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 32768, "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16", "use_cache": True, "use_sliding_window": False, "vocab_size": 151936,
     },
 }
 

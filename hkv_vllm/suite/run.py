@@ -29,15 +29,22 @@ from hkv_vllm.suite.results import Comparison, compare, read_junit
 
 TEST_FILES = ("test_scheduler.py", "test_async_scheduler.py", "test_prefix_caching.py",  # in the release's v1/core
               "test_prefix_replay.py", "test_deferred_block_free.py", "test_swa_inflight_window_free.py",
-              "test_worker_slot_overflow.py")
+              "test_worker_slot_overflow.py",
+              # DeepSeek-V4 layouts: packed groups on one block pool, SlidingWindowMLASpec and CircularBufferSpec
+              # (the V4.1 ring), fp8 caches, hash blocks finer than a group's block (hash_block_size)
+              "test_contiguous_kv_packing.py", "test_kv_cache_utils.py", "test_single_type_kv_cache_manager.py",
+              "test_mamba_align_chunk_split.py", "prefix_cache/test_partial_prefix_cache_hits.py",
+              "prefix_cache/test_partial_prefix_cache_primitives.py",
+              "prefix_cache/test_mamba_eagle_resume_checkpoint.py")
 PLUGIN = "hkv_vllm.suite.plugin"
 
 
 def run_pytest(src: Path, out: Path, mode: str) -> Path:
     """One pytest run of TEST_FILES in `src` (mode 'stock' or 'hkv'); its JUnit XML file."""
     xml, log = out / f"{mode}.xml", out / f"{mode}.log"
+    root = Path(__file__).resolve().parents[2]  # the hkv checkout this runner is in, ahead of any installed one
     env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(out / "hub"),
-               TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(src))
+               TRANSFORMERS_OFFLINE="1", PYTHONPATH=os.pathsep.join((str(src), str(root))))
     files = [str(src / "tests" / "v1" / "core" / name) for name in TEST_FILES]
     args = [sys.executable, "-m", "pytest", *files, "-q", "-p", "no:cacheprovider", "-W", "ignore",
             f"--junitxml={xml}"] + (["-p", PLUGIN] if mode == "hkv" else [])
