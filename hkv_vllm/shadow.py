@@ -344,7 +344,7 @@ class ShadowWorker:
         self.requests: dict[str, _Request] = {}
         self.prefixes = Prefixes()
         self.steps = self.reads = self.cached_reads = self.copied_reads = self.writes = self.copies = 0
-        self.resumes = self.wrong_reads = self.wrong_writes = 0
+        self.resumes = self.wrong_reads = self.wrong_writes = self.same_step_reads = 0
         self.wrong: list[WrongRead] = []  # the first `details` wrong reads
         self.wrong_written: list[WrongWrite] = []  # the first `details` wrong writes
 
@@ -376,11 +376,12 @@ class ShadowWorker:
 
     @property
     def summary(self) -> dict[str, int]:
-        """The counts: steps, reads checked (of them from the prefix cache, and through a block copy), slots
-        written, blocks copied, requests resumed from preemption, wrong reads and wrong writes."""
+        """The counts: steps, reads checked (of them from the prefix cache, through a block copy, and of cached
+        KV another request wrote in the same step: vLLM's same-step hits), slots written, blocks copied,
+        requests resumed from preemption, wrong reads and wrong writes."""
         return dict(steps=self.steps, reads=self.reads, cached_reads=self.cached_reads, copied_reads=self.copied_reads,
-                    writes=self.writes, copies=self.copies, resumes=self.resumes, wrong_reads=self.wrong_reads,
-                    wrong_writes=self.wrong_writes)
+                    same_step_reads=self.same_step_reads, writes=self.writes, copies=self.copies,
+                    resumes=self.resumes, wrong_reads=self.wrong_reads, wrong_writes=self.wrong_writes)
 
     def describe(self) -> str:
         """The counts and the first wrong reads and writes, one a line."""
@@ -483,8 +484,10 @@ class ShadowWorker:
                     self._wrong_read(WrongRead(step=self.steps, req_id=span.req_id, group=group, position=position,
                                                block=block, slot=slot, expected_prefix=request.ids[position],
                                                found=found, why=why))
-                elif found is not None and found.copied:
-                    self.copied_reads += 1
+                elif found is not None:
+                    self.copied_reads += found.copied
+                    self.same_step_reads += (position < request.resumed_at and found.step == self.steps
+                                             and found.writer != span.req_id)
 
     def _wrong_read(self, wrong: WrongRead) -> None:
         self.wrong_reads += 1

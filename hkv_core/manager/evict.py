@@ -44,6 +44,8 @@ class Walk:
     block_pos: list[Index] = attrs.field(factory=list)
     freed: list[list[Index]] = attrs.field(factory=list)  # per resource: positions of frees (pools, rows)
     touched: list[Index] = attrs.field(factory=list)
+    dropped_refs: list[tuple[NDArray[np.int32], Index]] = attrs.field(factory=list)  # (objects, unit position)
+    freed_objects: list[tuple[Index, Index]] = attrs.field(factory=list)  # (objects, position freed at)
     planned: NDArray[np.bool_] = attrs.field(factory=lambda: np.zeros(0, np.bool_))  # per point row: planned
     units: int = 0
     base: int = 0
@@ -56,18 +58,19 @@ class Pass:
     points_only: bool = False  # plan points, never blocks
     anchors: bool | None = None  # only points that are anchors (True), only others (False), any (None)
     running: bool = False  # a chunk of live chains' blocks: their points may go (never the blocks)
-    deepest: bool | None = None  # running: only each live chain's deepest point (True), only the others (False)
+    spare: str | None = None  # running: "branches" spares points where indexed chains branch, "latest" also
+    #                           those on several live chains and each live chain's deepest; None spares none
 
 
 # Passes in order: points nobody resumes at (periodic ones, a window long passed) before anything else -
-# released requests' first, then those behind running requests - then the anchors behind one running
-# request but its latest (its window passed them; as vLLM frees a running request's blocks that leave its
-# window before those of requests that finish later), then the order as it is (anchors - prompt ends,
-# junctions, hits taken - with their blocks), then each running request's latest point (where it resumes if
-# preempted, where its next turn hits) and those several share (where the next one arrives).  A pass skips
-# what an earlier one planned.
-PASSES = (Pass(points_only=True, anchors=False), Pass(points_only=True, anchors=False, running=True),
-          Pass(points_only=True, running=True, deepest=False), Pass(), Pass(points_only=True, running=True))
+# released requests' first, then those behind running requests but where chains branch - then the
+# anchors behind one running request but its latest (its window passed them; as vLLM frees a running
+# request's blocks that leave its window before those of requests that finish later), then the order as it
+# is (anchors - prompt ends, junctions, hits taken - with their blocks), then each running request's latest
+# point (where it resumes if preempted, where its next turn hits) and those where chains meet or branch
+# (where the next one arrives).  A pass skips what an earlier one planned.
+PASSES = (Pass(points_only=True, anchors=False), Pass(points_only=True, anchors=False, running=True, spare="branches"),
+          Pass(points_only=True, running=True, spare="latest"), Pass(), Pass(points_only=True, running=True))
 
 
 def _chunk_units(core: Core, walk: Walk, chunk: Blocks, live: NDArray[np.bool_], how: Pass) -> None:
@@ -106,7 +109,9 @@ def _chunk_units(core: Core, walk: Walk, chunk: Blocks, live: NDArray[np.bool_],
     pools = len(core.pools)
     if refs:
         objs, at = np.concatenate([r[0] for r in refs]), np.concatenate([r[1] for r in refs])
+        walk.dropped_refs.append((objs, at))
         freed, pos = _freed(walk, core.objects, objs, at)
+        walk.freed_objects.append((freed, pos))
         of_pool = core.objects.pool[freed]
         for p in range(pools):
             walk.freed[p].append(pos[of_pool == p])
@@ -153,16 +158,17 @@ def _cut(walk: Walk, needs: list[int]) -> int | None:
     return cut
 
 
-def _walk(core: Core, needs: list[int], max_units: int | None) -> Walk:
-    """Plan units in eviction order until `needs` are met (or `max_units` planned, or the order ends)."""
+def _walk(core: Core, needs: list[int], max_units: int | None, passes: tuple[Pass, ...] = PASSES) -> Walk:
+    """Plan units in eviction order until `needs` are met (or `max_units` planned, or the order ends), in
+    `passes` over it."""
     walk = Walk(freed=[[] for _ in range(len(needs))], planned=core.index.points.evicting)
     live = np.zeros(core.index.blocks.capacity, np.bool_)
     for req in core.requests.live():
         live[req.chain.view()] = True
-    passes = PASSES if core.needs_points else (Pass(),)  # without points: the order as it is
+    passes = passes if core.needs_points else (Pass(),)  # without points: the order as it is
     try:
         for how in passes:
-            chunks = [_running_points(core, how.deepest)] if how.running else core.index.policy.chunks()
+            chunks = [_running_points(core, how.spare)] if how.running else core.index.policy.chunks()
             for chunk in chunks:
                 _chunk_units(core, walk, chunk, live, how)
                 if (max_units is not None and walk.units >= max_units) or (
@@ -176,13 +182,13 @@ def _walk(core: Core, needs: list[int], max_units: int | None) -> Walk:
             walk.planned[points] = False
 
 
-def _running_points(core: Core, deepest: bool | None = None) -> Blocks:
+def _running_points(core: Core, spare: str | None = None) -> Blocks:
     """The blocks of live chains that hold points: last in the eviction order, as in use now (the order places
     a block at its last release, and a live request's new blocks join it at its own); only their points can go
     (the blocks are on live chains).  Those on fewer live chains first (a point many running requests share is
     where the next one arrives), then the shallowest (a running request's window passed them first; its
-    latest points are what it resumes at if preempted).  `deepest`: only the points that are the deepest of
-    some live chain or on several (True), only the others: one request's, behind its latest (False)."""
+    latest points are what it resumes at if preempted).  `spare` leaves out the points where indexed chains
+    branch ("branches"), and also those on several live chains and each live chain's deepest ("latest")."""
     blocks = core.index.blocks
     chains = [req.chain.view() for req in core.requests.live()]
     if not chains:
@@ -193,22 +199,41 @@ def _running_points(core: Core, deepest: bool | None = None) -> Blocks:
     depth = np.concatenate([np.arange(len(h)) for h in held])
     ranked = np.lexsort((depth[first], sharing))
     order = np.asarray(found[ranked], np.int32)
-    if deepest is None:
+    if spare is None:
         return order
-    latest = np.isin(order, np.asarray([h[-1] for h in held if len(h)], np.int32)) | (sharing[ranked] > 1)
-    chosen: Blocks = order[latest == deepest]
+    spared = blocks.kept_children(order.astype(np.intp), leaving=False) > 1  # where indexed chains branch
+    if spare == "latest":
+        spared |= np.isin(order, np.asarray([h[-1] for h in held if len(h)], np.int32)) | (sharing[ranked] > 1)
+    chosen: Blocks = order[~spared]
     return chosen
 
 
-def _apply(core: Core, walk: Walk, cut: int | None, max_units: int | None) -> int:
-    """Drop the planned units up to position `cut` (None: all, or the first `max_units`); returns units."""
+def _useful_points(core: Core, walk: Walk, cut: int, points: Blocks, p_pos: Index, blocks: Blocks) -> Blocks:
+    """Of the points planned up to `cut`, those whose drop helps: each dropped a reference to an object the
+    plan frees by `cut`, or is the point of a block the plan drops.  A point whose pages stay held (a running
+    request's window, another point's) frees nothing and is kept."""
+    freed = [o[at <= cut] for o, at in walk.freed_objects]
+    gone = np.unique(np.concatenate(freed)) if freed else np.zeros(0, np.intp)
+    helping = [at[np.isin(o, gone)] for o, at in walk.dropped_refs]
+    useful = np.isin(p_pos, np.concatenate(helping)) if helping else np.zeros(len(p_pos), np.bool_)
+    table = core.index.blocks.point
+    useful |= np.isin(points, table[blocks][table[blocks] != NO_POINT])
+    kept: Blocks = points[useful]
+    return kept
+
+
+def _apply(core: Core, walk: Walk, cut: int | None, max_units: int | None, frees_only: bool = False) -> int:
+    """Drop the planned units up to position `cut` (None: all, or the first `max_units`); returns units.
+    `frees_only`: of the points, only those whose drop frees something the plan frees (`_useful_points`)."""
     points, p_pos = np.concatenate(walk.points), np.concatenate(walk.point_pos)
     blocks, b_pos = np.concatenate(walk.blocks), np.concatenate(walk.block_pos)
     if max_units is not None:
         order = np.sort(np.concatenate([p_pos, b_pos]))
         cut = int(order[max_units - 1]) if 0 < max_units <= len(order) else (-1 if not max_units else None)
     if cut is not None:
-        points, blocks = points[p_pos <= cut], blocks[b_pos <= cut]
+        points, p_pos, blocks = points[p_pos <= cut], p_pos[p_pos <= cut], blocks[b_pos <= cut]
+        if frees_only:
+            points = _useful_points(core, walk, cut, points, p_pos, blocks)
     core.index.drop_points(points.astype(np.intp))
     core.index.drop_blocks(blocks.astype(np.intp))
     core.objects.settle(core.index.take_unheld())
@@ -250,13 +275,16 @@ def evict_for(core: Core, pages: list[int], blocks: int, points: int) -> list[in
         cut = _cut(walk, required)
         if cut is None:  # the walk planned every unit in the order: what each resource could get
             return [sum(len(p) for p in positions) for positions in walk.freed]
-    _apply(core, walk, cut, None)
+    _apply(core, walk, cut, None, frees_only=wanted[-1] <= 0 and required[-1] <= 0)  # unless rows are short
     return None
 
 
 def evict_all(core: Core, max_units: int | None = None) -> int:
-    """Evict unpinned units in eviction order (all of them, or the first `max_units`)."""
-    walk = _walk(core, [0] * resources(core), max_units)
+    """Evict unpinned units in the policy's order as it is, then the points behind running requests (all of
+    them, or the first `max_units`: a point and its leaf block together, deepest first, never leaving a chain
+    of blocks behind without the points they lead to; the passes that choose what requests resume at are for
+    an allocation's need)."""
+    walk = _walk(core, [0] * resources(core), max_units, (Pass(), Pass(points_only=True, running=True)))
     if not walk.units:
         return 0
     return _apply(core, walk, None, max_units)

@@ -113,7 +113,7 @@ def test_eviction_that_frees_pinned_objects_is_caught(monkeypatch: pytest.Monkey
     monkeypatch.setattr(TailRole, "points_pinned", never_pinned)
     real = evict._apply
 
-    def careless_apply(core: Core, walk: Any, cut: int | None, max_units: int | None) -> int:
+    def careless_apply(core: Core, walk: Any, cut: int | None, max_units: int | None, **options: Any) -> int:
         settle = core.objects.settle
 
         def careless(objs: NDArray[np.intp]) -> None:
@@ -124,7 +124,7 @@ def test_eviction_that_frees_pinned_objects_is_caught(monkeypatch: pytest.Monkey
 
         core.objects.settle = careless  # type: ignore[method-assign]
         try:
-            return real(core, walk, cut, max_units)
+            return real(core, walk, cut, max_units, **options)
         finally:
             del core.objects.settle
 

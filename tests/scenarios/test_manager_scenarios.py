@@ -567,15 +567,12 @@ def test_g_lease_invalidated_by_eviction() -> None:
 
 
 def test_g_a_point_dropped_after_match_is_a_stale_lease() -> None:
-    """The request resumes at 32, an interior point (A's end at 40 is an anchor): one unit of eviction takes
-    the deepest point nobody resumes at, the one at 32 (points are kept every 16 tokens); the blocks are intact, acquire
-    refuses the point."""
+    """Only the point at 40 goes (one unit): the blocks are intact, acquire refuses the point."""
     m = CacheManager(tiny(), ManagerConfig(default_pool_pages=32, retain_every_blocks=2, key_seed=1))
     a = tokens_of(41, seed=5)
     compute(m, a)
-    rid = m.add_request(np.concatenate([a[:33], fresh(1)]))
+    rid = m.add_request(np.concatenate([a, fresh(1)]))
     hit = m.match(rid)
-    assert hit.tokens == 32
     assert m.evict(max_units=1) == 1 and m.stats["evicted_points"] == 1
     before = m.snapshot()
     with pytest.raises(StaleLease) as err:
@@ -584,7 +581,7 @@ def test_g_a_point_dropped_after_match_is_a_stale_lease() -> None:
                                                                             hit.point_version)
     assert (err.value.fields["expected_state"], err.value.fields["found_state"]) == ("KEPT", "FREE")
     assert m.snapshot() == before
-    assert m.match(rid).tokens == 16  # the point before it
+    assert m.match(rid).tokens == 32
     assert check_invariants(m) == []
 
 
@@ -791,23 +788,26 @@ def test_i_dependency_aware_lru_eviction_order() -> None:
     # its block 1's page (B reused the pages A gave back: 1 for its block 1 after 5 for block 0)
     assert out.notes["point windows"] == [[2], [4], [1]]
     s = out.notes["steps"]
-    # 1: the points nobody resumes at go first: A's point at 16 (its point at 32, its deepest, is an anchor:
-    # the furthest a request repeating A resumes); its window page goes with it, A still resumes at 32
+    # 1: the deepest unit of A (oldest): its point at 32 (a point goes before its block) with the window
+    # page it held; the blocks stay
     assert (s[0]["evicted"], s[0]["a blocks"], s[0]["b blocks"]) == (1, 4, 2)
-    assert s[0]["window states"] == ["FREE", "PUBLISHED", "PUBLISHED"]
-    assert (s[0]["a hit"].tokens, s[0]["a hit"].candidate_tokens, s[0]["b hit"].tokens) == (32, 32, 16)
+    assert s[0]["window states"] == ["PUBLISHED", "FREE", "PUBLISHED"]
+    assert (s[0]["a hit"].tokens, s[0]["a hit"].candidate_tokens, s[0]["b hit"].tokens) == (16, 32, 16)
+    assert s[0]["a hit"].codes == ("WINDOW_MISSING", "TAIL_MISSING", "INDEXER_MISSING", "LCM_BOUNDARY")
     assert (s[0]["stats"]["evicted_points"], s[0]["stats"]["evicted_blocks"]) == (1, 0)
-    # 2: then the order as it is, deepest unit of A (the oldest) first: its point at 32 and its window page
-    assert (s[1]["a blocks"], s[1]["a hit"].tokens, s[1]["a hit"].candidate_tokens) == (4, 0, 32)
-    assert s[1]["window states"] == ["FREE", "FREE", "PUBLISHED"]
-    # 3..6: A's blocks, leaves without points, deepest first; B's point at 16 and its page survive
-    assert [(x["a blocks"], x["b blocks"], x["b hit"].tokens) for x in s[2:6]] == [(3, 2, 16), (2, 2, 16),
-                                                                                 (1, 2, 16), (0, 2, 16)]
-    # 7: B's point at 16 (its own anchor): its window page goes; 8, 9: B's blocks 1 and 0; 10: nothing is left
-    assert (s[6]["b blocks"], s[6]["b hit"].tokens, s[6]["window states"]) == (2, 0, ["FREE"] * 3)
-    assert [(x["a blocks"], x["b blocks"]) for x in s[7:]] == [(0, 1), (0, 0), (0, 0)]
+    # 2, 3: A's blocks 3 and 2, leaves without points; A's point at 16 and its window page survive
+    assert [(x["a blocks"], x["b blocks"], x["a hit"].tokens) for x in s[1:3]] == [(3, 2, 16), (2, 2, 16)]
+    assert all(x["window states"] == s[0]["window states"] for x in s[1:3])
+    assert (s[2]["stats"]["evicted_points"], s[2]["stats"]["evicted_blocks"]) == (1, 2)
+    # 4: A's point at 16: now its window page goes, and A hits nothing; B's own point at 16 stays
+    assert (s[3]["a blocks"], s[3]["b blocks"], s[3]["a hit"].tokens, s[3]["b hit"].tokens) == (2, 2, 0, 16)
+    assert s[3]["window states"] == ["FREE", "FREE", "PUBLISHED"]
+    # 5, 6: A's blocks 1 and 0; 7: B's point at 16; 8, 9: B's blocks 1 and 0; 10: nothing is left
+    assert [(x["a blocks"], x["b blocks"]) for x in s[4:]] == [(1, 2), (0, 2), (0, 2), (0, 1), (0, 0), (0, 0)]
     assert [x["evicted"] for x in s] == [1] * 9 + [0]
-    assert [x["counts"]["points"] for x in s] == [2, 1, 1, 1, 1, 1, 0, 0, 0, 0]
+    assert (s[5]["b hit"].tokens, s[6]["b hit"].tokens) == (16, 0)
+    assert s[5]["window states"] == s[3]["window states"] and s[6]["window states"] == ["FREE"] * 3
+    assert [x["counts"]["points"] for x in s] == [2, 2, 2, 1, 1, 1, 0, 0, 0, 0]
     assert (s[8]["stats"]["evicted_points"], s[8]["stats"]["evicted_blocks"]) == (3, 6)
     assert check_invariants(out.m) == []
 
@@ -843,15 +843,22 @@ def test_i_window_pages_live_while_a_point_needs_them() -> None:
     assert s[0]["points"] == list(range(64, 513, 64))
     assert s[0]["holders"] == [2] * 28 + [1] * 4  # blocks 28..31 are only in the window of the point at 512
     assert (s[0]["blocks"], s[0]["hit"].tokens) == (32, 512)
-    # 1..7: the points nobody resumes at go first, the deepest first (the point at 512, A's end, is an anchor):
-    # a window page is freed once both points whose windows overlap it went; the hit stays at 512, no block
-    # goes (each still leads to the point at 512)
-    assert [x["points"] for x in s] == [list(range(64, 513, 64))] + [
-        [*range(64, 512 - 64 * k, 64), 512] for k in range(1, 8)]
-    assert s[1]["holders"] == [2] * 20 + [1] * 12
-    assert s[2]["holders"] == [2] * 16 + [1] * 4 + [0] * 4 + [1] * 8
-    assert s[7]["holders"] == [0] * 24 + [1] * 8  # only the window of the point at 512 is left
-    assert all(x["blocks"] == 32 and x["hit"].tokens == 512 for x in s)
+    # 1: the point at 512 goes: blocks 28..31's pages are freed, 24..27 keep the point at 448
+    assert s[1]["holders"] == [2] * 24 + [1] * 4 + [0] * 4
+    assert s[1]["states"] == ["PUBLISHED"] * 28 + ["FREE"] * 4
+    assert (s[1]["blocks"], s[1]["hit"].tokens, s[1]["hit"].candidate_tokens) == (32, 448, 512)
+    assert s[1]["hit"].codes == ("WINDOW_MISSING", "TAIL_MISSING", "INDEXER_MISSING", "PARTIAL_PAGE_COPY")
+    # 2..5: the leaf blocks 31, 30, 29, 28 (no point, no window page) go one by one
+    assert [x["blocks"] for x in s[2:6]] == [31, 30, 29, 28]
+    assert all(x["holders"] == s[1]["holders"] and x["hit"].tokens == 448 for x in s[2:6])
+    assert s[5]["hit"].candidate_tokens == 448
+    # 6: the point at 448: blocks 24..27's pages are freed, 20..23 are still held by 384
+    assert s[6]["holders"] == [2] * 20 + [1] * 4 + [0] * 8
+    assert s[6]["states"] == ["PUBLISHED"] * 24 + ["FREE"] * 8
+    assert (s[6]["blocks"], s[6]["hit"].tokens) == (28, 384)
+    # 7: block 27
+    assert (s[7]["blocks"], s[7]["hit"].tokens, s[7]["points"]) == (27, 384, list(range(64, 385, 64)))
+    assert check_invariants(out.m) == []
 
 
 def test_i_pinned_hit_survives_evict_all() -> None:

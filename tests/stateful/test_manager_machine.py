@@ -148,10 +148,11 @@ def test_invariants_catch_a_chain_evicted_under_a_request(monkeypatch: pytest.Mo
     """Broken variant: eviction no longer keeps live chains; check_invariants must say so."""
     walk = evict_module._walk
 
-    def walk_past_live_chains(core: Core, needs: list[int], max_units: int | None) -> evict_module.Walk:
+    def walk_past_live_chains(core: Core, needs: list[int], max_units: int | None,
+                              *passes: tuple[evict_module.Pass, ...]) -> evict_module.Walk:
         core.requests.live = lambda: []  # type: ignore[method-assign]  # the walk sees no live chain
         try:
-            return walk(core, needs, max_units)
+            return walk(core, needs, max_units, *passes)
         finally:
             del core.requests.live
 

@@ -224,20 +224,23 @@ def test_a_shared_ring_block_is_caught(monkeypatch):
 @pytest.mark.skipif(not MOONCAKE.exists(), reason=f"the Mooncake trace is absent ({MOONCAKE}): "
                                                   "tests read it from ../shared/traces and never copy it")
 @pytest.mark.parametrize(("model", "options", "sizes"), [
-    ("deepseek_v4_flash", (), (300, 600, 1000, 3000)),
+    ("deepseek_v4_flash", (), (300, 500, 1000, 3000)),
     ("deepseek_v41", tuple(V41.items()), (300, 500, 1000, 3000)),
 ], ids=["v4-flash", "v41"])
 def test_a_mooncake_slice_is_served_exactly(model, options, sizes):
-    """Every read exact for both, every request served; hkv's cached tokens are printed beside vLLM's (V4.1:
-    at least vLLM's at every size; V4-Flash: within 5 %, below vLLM's at some sizes - vLLM also hits KV another
-    request writes in the same step, and the two evict differently: docs/vllm.md)."""
+    """Every read exact for both, every request served; hkv's cached tokens are printed beside vLLM's: at
+    least vLLM's, or (V4-Flash at some sizes) within 5 % where vLLM's hits read KV another request writes in
+    the same step, which hkv never hits (docs/vllm.md, visibility) and after which the schedules part."""
     lay = layout(model, options)
     for num_blocks in sizes:
         stock = drive("stock", lay, num_blocks, trace_slice(lay.hash_block_size))
         ours = drive("hkv", lay, num_blocks, trace_slice(lay.hash_block_size))
+        same_step = stock[4].same_step_reads
         print(f"{model} Mooncake slice, {num_blocks} blocks: cached tokens stock {stock[0]} ({stock[1]} "
-              f"preemptions), hkv {ours[0]} ({ours[1]}), ratio {ours[0] / stock[0]:.3f}")
+              f"preemptions, {same_step} reads of same-step KV), hkv {ours[0]} ({ours[1]}), "
+              f"ratio {ours[0] / stock[0]:.3f}")
         for run_ in (stock, ours):
             assert run_[4].wrong_reads == 0 and run_[4].wrong_writes == 0, run_[4].describe()
             assert run_[2] == 32
-        assert ours[0] >= (stock[0] if model == "deepseek_v41" else 0.95 * stock[0])
+        assert ours[4].same_step_reads == 0
+        assert ours[0] >= stock[0] or (same_step > 0 and ours[0] >= 0.95 * stock[0])

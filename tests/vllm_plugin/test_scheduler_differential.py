@@ -93,6 +93,36 @@ def test_hybrid_groups_under_memory_pressure_hit_at_least_vllm():
     assert hits[1] >= hits[0], hits
 
 
+SWEEP = {  # (windows, blocks): hybrid layouts at sizes where blocks are scarce (docs/vllm.md, the sweep)
+    "full+sw32-14": ((0, 32), 14), "full+sw32-21": ((0, 32), 21), "full+sw32-31": ((0, 32), 31),
+    "full+sw32-35": ((0, 32), 35), "full+sw32+full+sw64-27": ((0, 32, 0, 64), 27),
+    "full+sw32+full+sw64-45": ((0, 32, 0, 64), 45),
+}
+
+
+def _sweep_hits(windows, blocks):
+    stock, ours = schedule_both(conversations, num_blocks=blocks, max_num_batched_tokens=32, windows=windows)
+    assert sum(len(s.finished) for s in ours) == sum(len(s.finished) for s in stock) == 12
+    return [sum(n for s in run for _, n in s.cached) for run in (stock, ours)]
+
+
+@pytest.mark.parametrize("case", list(SWEEP))
+def test_scarce_blocks_hit_at_least_vllm(case):
+    hits = _sweep_hits(*SWEEP[case])
+    assert hits[1] >= hits[0] > 0, hits
+
+
+def test_an_eviction_that_drops_points_freeing_nothing_is_caught(monkeypatch):
+    """The broken variant: an eviction for an allocation drops every point it planned, also those whose pages
+    running requests still hold (the junction every user resumes at among them); at 35 blocks hkv then hits
+    fewer tokens than vLLM."""
+    from hkv_core.manager import evict
+
+    monkeypatch.setattr(evict, "_useful_points", lambda core, walk, cut, points, p_pos, blocks: points)
+    hits = _sweep_hits(*SWEEP["full+sw32-35"])
+    assert hits[1] < hits[0], hits
+
+
 @pytest.mark.parametrize(("windows", "sizes"), [((0, 16), (32, 16)), ((0, 16, 0), (64, 16, 16))],
                          ids=["full32+sw16", "full64+sw16+full16"])
 def test_groups_of_different_block_sizes_schedule_identically_with_hits(windows, sizes):

@@ -89,6 +89,7 @@ def test_a_hit_on_blocks_written_in_the_same_step_is_exact():
     steps, shadow = shadowed("stock", twins, num_blocks=100)
     assert dict(steps[0].cached)["b"] == 48
     assert shadow.wrong_reads == 0 and shadow.wrong_writes == 0 and shadow.cached_reads >= 48, shadow.describe()
+    assert shadow.same_step_reads >= 48  # b's hit is KV a writes in this very step
 
 
 def test_read_rules_follow_vllms_windows_and_refuse_what_they_do_not_model():

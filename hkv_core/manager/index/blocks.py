@@ -113,10 +113,12 @@ class BlockTable(EntryTable):
         self.point[rows] = NO_POINT
         self.parent[rows] = NO_BLOCK
 
-    def kept_children(self, rows: Index) -> NDArray[np.int32]:
-        """Per row: its INDEXED children that are not among `rows` (one pass over the parent column)."""
+    def kept_children(self, rows: Index, *, leaving: bool = True) -> NDArray[np.int32]:
+        """Per row: its INDEXED children that are not among `rows` (`leaving`; else all of them) (one pass over
+        the parent column)."""
         staying = self.state == self.s_indexed
-        staying[rows] = False
+        if leaving:
+            staying[rows] = False
         parents = self.parent[staying]
         counts = np.bincount(parents[parents != NO_BLOCK], minlength=self.capacity)
         found: NDArray[np.int32] = counts[rows].astype(np.int32)
