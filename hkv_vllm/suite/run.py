@@ -39,23 +39,37 @@ TEST_FILES = ("test_scheduler.py", "test_async_scheduler.py", "test_prefix_cachi
 PLUGIN = "hkv_vllm.suite.plugin"
 
 
-def run_pytest(src: Path, out: Path, mode: str) -> Path:
-    """One pytest run of TEST_FILES in `src` (mode 'stock' or 'hkv'); its JUnit XML file."""
+def run_both(src: Path, out: Path) -> tuple[Path, Path]:
+    """The stock and the hkv run of TEST_FILES in `src`, side by side (one process each, one thread each: the
+    two take about as long together as one alone on two cores); their JUnit XML files."""
+    started = time.monotonic()
+    print("== vLLM tests, stock and hkv manager side by side ...", file=sys.stderr, flush=True)
+    runs = [_start(src, out, mode) for mode in ("stock", "hkv")]
+    for mode, (proc, sink) in zip(("stock", "hkv"), runs, strict=True):
+        rc = proc.wait()
+        sink.close()
+        print(f"   {mode} done in {time.monotonic() - started:.0f} s (pytest exit {rc}; log {out / f'{mode}.log'})",
+              file=sys.stderr)
+    found = []
+    for mode in ("stock", "hkv"):
+        if not (out / f"{mode}.xml").exists():
+            raise SystemExit(f"pytest wrote no results ({mode}): see {out / f'{mode}.log'}")
+        found.append(out / f"{mode}.xml")
+    return found[0], found[1]
+
+
+def _start(src: Path, out: Path, mode: str) -> tuple[subprocess.Popen[bytes], Any]:
+    """One pytest process over TEST_FILES in `src` (mode 'stock' or 'hkv'), started; it and its log file."""
     xml, log = out / f"{mode}.xml", out / f"{mode}.log"
     root = Path(__file__).resolve().parents[2]  # the hkv checkout this runner is in, ahead of any installed one
     env = dict(os.environ, VLLM_TARGET_DEVICE="cpu", HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(out / "hub"),
-               TRANSFORMERS_OFFLINE="1", PYTHONPATH=os.pathsep.join((str(src), str(root))))
+               TRANSFORMERS_OFFLINE="1", PYTHONPATH=os.pathsep.join((str(src), str(root))), OMP_NUM_THREADS="1")
     files = [str(src / "tests" / "v1" / "core" / name) for name in TEST_FILES]
     args = [sys.executable, "-m", "pytest", *files, "-q", "-p", "no:cacheprovider", "-W", "ignore",
             f"--junitxml={xml}"] + (["-p", PLUGIN] if mode == "hkv" else [])
-    started = time.monotonic()
-    print(f"== vLLM tests, {mode} manager ...", file=sys.stderr, flush=True)
-    with log.open("w") as sink:
-        rc = subprocess.run(args, cwd=src, env=env, stdout=sink, stderr=subprocess.STDOUT).returncode
-    print(f"   done in {time.monotonic() - started:.0f} s (pytest exit {rc}; log {log})", file=sys.stderr)
-    if not xml.exists():
-        raise SystemExit(f"pytest wrote no results ({mode}): see {log}")
-    return xml
+    xml.unlink(missing_ok=True)
+    sink = log.open("w")
+    return subprocess.Popen(args, cwd=src, env=env, stdout=sink, stderr=subprocess.STDOUT), sink
 
 
 def summary(result: Comparison, vllm_version: str) -> dict[str, Any]:
@@ -106,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{src} holds no vLLM tests (v1/core under tests; run scripts/vllm_sources.sh)")
     out.mkdir(parents=True, exist_ok=True)
     write_hub_cache(out / "hub")
-    stock, hkv = (read_junit(run_pytest(src, out, mode)) for mode in ("stock", "hkv"))
+    stock, hkv = (read_junit(xml) for xml in run_both(src, out))
     result = compare(stock, hkv)
     data = summary(result, vllm.__version__)
     (out / "summary.json").write_text(json.dumps(data, indent=1) + "\n")

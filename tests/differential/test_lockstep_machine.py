@@ -90,5 +90,5 @@ def test_lockstep_catches_a_broken_cuda_op(op: type, wrong: Any, symptom: str, m
     else:
         monkeypatch.setitem(executor_module._RUNNERS, op, wrong)
     with pytest.raises(AssertionError, match=symptom):
-        run_state_machine_as_test(StandInEvery1, settings=settings(max_examples=200, stateful_step_count=STEPS,
+        run_state_machine_as_test(StandInEvery1, settings=settings(max_examples=600, stateful_step_count=STEPS,
                                                                    database=None, phases=[Phase.generate]))
