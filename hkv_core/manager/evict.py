@@ -62,14 +62,15 @@ class Pass:
     #                           those on several live chains and each live chain's deepest; None spares none
 
 
-# Passes in order: points nobody resumes at (periodic ones, a window long passed) before anything else -
-# released requests' first, then those behind running requests but where chains branch - then the
-# anchors behind one running request but its latest (its window passed them; as vLLM frees a running
-# request's blocks that leave its window before those of requests that finish later), then the order as it
-# is (anchors - prompt ends, junctions, hits taken - with their blocks), then each running request's latest
-# point (where it resumes if preempted, where its next turn hits) and those where chains meet or branch
-# (where the next one arrives).  A pass skips what an earlier one planned.
-PASSES = (Pass(points_only=True, anchors=False), Pass(points_only=True, anchors=False, running=True, spare="branches"),
+# Passes in order: the points behind running requests that nobody resumes at (periodic ones, a window long
+# passed) but where chains branch - then the anchors behind one running request but its latest (its window
+# passed them; as vLLM frees a running request's blocks that leave its window before those of requests that
+# finish later), then the order as it is (released chains' points and blocks, LRU), then each running
+# request's latest point (where it resumes if preempted, where its next turn hits) and those where chains
+# meet or branch (where the next one arrives).  A pass skips what an earlier one planned.  (Released
+# chains' periodic points are not taken before their anchors: on the Mooncake trace a request branches off
+# at any block of an earlier one, not at its prompt's end.)
+PASSES = (Pass(points_only=True, anchors=False, running=True, spare="branches"),
           Pass(points_only=True, running=True, spare="latest"), Pass(), Pass(points_only=True, running=True))
 
 
