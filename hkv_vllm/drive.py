@@ -35,12 +35,13 @@ def build_scheduler(scheduler_cls: type, *, num_blocks: int, block_size: int = 1
                     max_num_batched_tokens: int = 8192, max_model_len: int = 2048,
                     enable_prefix_caching: bool = True, windows: tuple[int, ...] = (0,),
                     block_sizes: tuple[int, ...] | None = None, additional_config: dict[str, Any] | None = None,
-                    model_layout: Any = None) -> Any:
+                    model_layout: Any = None, policy: str = "fcfs") -> Any:
     """A vLLM scheduler of class `scheduler_cls` over `num_blocks` blocks and one KV cache group per entry of
     `windows`: 0 a full-attention group, else a sliding-window group of that many tokens.  `block_sizes` gives
     each group its own block size (default `block_size` for all); vLLM then schedules in blocks of their LCM
     and hashes in blocks of `block_size`, which must divide them all.  `additional_config` is vLLM's plugin
-    configuration (hkv's options under "hkv": `hkv_vllm.scheduler`).  `model_layout` (an
+    configuration (hkv's options under "hkv": `hkv_vllm.scheduler`); `policy` vLLM's scheduling policy ("fcfs"
+    or "priority").  `model_layout` (an
     `hkv_vllm.model_layouts.ModelLayout`: the KV cache groups vLLM plans for a real model, DeepSeek-V4) replaces
     `windows` and the block sizes: its groups over `num_blocks` blocks, its scheduler and hash block sizes."""
     import torch
@@ -53,7 +54,7 @@ def build_scheduler(scheduler_cls: type, *, num_blocks: int, block_size: int = 1
                         max_model_len=max_model_len)
     sched = SchedulerConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                             max_model_len=max_model_len, enable_chunked_prefill=True, is_encoder_decoder=False,
-                            watermark=0.0)
+                            watermark=0.0, policy=policy)
     cache = CacheConfig(block_size=block_size, gpu_memory_utilization=0.9, cache_dtype="auto",
                         enable_prefix_caching=enable_prefix_caching)
     cache.num_gpu_blocks = num_blocks

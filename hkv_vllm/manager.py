@@ -11,7 +11,9 @@ the scheduler first asks for its cached blocks; vLLM block ids are hkv pages
   a block only once vLLM reports its tokens *computed*
   (`request.num_computed_tokens`, read at the request's next allocation and
   at `free`).  A block scheduled but not yet computed is never a hit for
-  another request, so a hit never reads KV that is still being written.
+  another request, so a hit never reads KV that is still being written;
+  a waiting request that shares prompt blocks being computed waits a step
+  for them instead (`in_flight.py`, `wait_for_shared_prefills`).
 - EAGLE (`use_eagle`): the hit is the longest at most one block shorter than
   hkv's longest (`match(max_tokens=...)`), so the drafter recomputes the
   last block, as vLLM drops the last matched block.
@@ -23,9 +25,10 @@ the scheduler first asks for its cached blocks; vLLM block ids are hkv pages
   hit's partial last block is copied on write by vLLM's worker
   (`take_kv_cache_block_copies`, `copies.py`), so no request writes into a
   block another reads.
-- Groups: vLLM's block ids are split evenly between the KV cache groups
-  (`layout.py`); a sliding-window group's blocks become the null block as
-  hkv drops them from the window (at commit), where vLLM drops them in
+- Groups: every KV cache group is an hkv pool drawing its pages from one
+  block space, as vLLM's groups draw from its one block pool (`layout.py`);
+  a sliding-window group's blocks become the null block as hkv drops them
+  from the window (at commit), where vLLM drops them in
   `remove_skipped_blocks`.
 """
 
@@ -41,6 +44,7 @@ from hkv_core.manager import CacheManager, Hit, ManagerConfig
 from hkv_vllm.copies import FINE_HIT_TOKENS, BlockCopies
 from hkv_vllm.errors import UnsupportedVllmConfig
 from hkv_vllm.events import vllm_events
+from hkv_vllm.in_flight import PrefillsInFlight
 from hkv_vllm.keys import request_keys
 from hkv_vllm.layout import VllmLayout, layout_from_kv_cache_config
 from hkv_vllm.requests import Blocks, Entry
@@ -57,7 +61,7 @@ class HkvKVCacheManager:
                  num_prefill_lookahead: int = 0, log_stats: bool = False, enable_kv_cache_events: bool = False,
                  dcp_world_size: int = 1, pcp_world_size: int = 1, metrics_collector: Any = None,
                  watermark: float = 0.0, enable_mamba_shared_prefix_checkpoint: bool = False,
-                 fine_hits: bool = False) -> None:
+                 fine_hits: bool = False, wait_for_shared_prefills: bool = True) -> None:
         from vllm.v1.core.kv_cache_coordinator import _validate_prefix_cache_retention_interval
         from vllm.v1.core.kv_cache_manager import KVCacheBlocks
         from vllm.v1.kv_cache_interface import AttentionSpec, CircularBufferSpec
@@ -87,6 +91,9 @@ class HkvKVCacheManager:
         self.windowed = tuple(g for g in self.groups if g.window)
         self.blocks = Blocks(kv_cache_config.num_blocks)
         self.copies = BlockCopies(self.hkv, self.blocks, self.groups)
+        self.wait_for_shared_prefills = wait_for_shared_prefills and enable_caching
+        self.prefills_in_flight = PrefillsInFlight(
+            hash_block_size, self.vllm_layout.block_tokens if fine_hits else scheduler_block_size)
         self.entries: dict[str, Entry] = {}
         self.deferred: dict[tuple[int, ...], Entry] = {}  # requests freed by vLLM, their blocks not yet returned
         self.block_pool = BlockPoolView(self)
@@ -151,6 +158,20 @@ class HkvKVCacheManager:
         blocks = tuple([self.blocks.by_id[i] for i in ids] for ids in self._hit_ids(entry.hit))
         return self.create_kv_cache_blocks(blocks), entry.hit.tokens, 0
 
+    def waits_for_prefill_in_flight(self, request: Any) -> bool:
+        """Whether a waiting request resumes further by waiting a step: a prompt block of its, past the hit it
+        would take now, is being computed by a request in flight (`in_flight.py`); hkv's scheduler then skips
+        it for this step."""
+        if (not self.wait_for_shared_prefills or request.num_computed_tokens or not request.num_tokens
+                or not self.prefix_cache_lookup_enabled(request)):
+            return False
+        if self.prefills_in_flight.holding:  # first come, first served: none after a request that waits
+            return True
+        waits = self.prefills_in_flight.waits(request.block_hashes, request.num_tokens,
+                                             lambda: int(self.get_computed_blocks(request)[1]))
+        self.prefills_in_flight.holding = waits
+        return waits
+
     def _eagle_limit(self, hit: Hit) -> int:
         """The longest hit EAGLE may take: one eagle-group block shorter than hkv's hit (one block size), or
         than the cached prefix (block sizes that differ: the hit lands on their LCM, and the block after it
@@ -184,6 +205,7 @@ class HkvKVCacheManager:
         size = self._block_tokens
         if (entry.acquired and not num_external_computed_tokens and self._covered(entry, target)
                 and _written(request) // size <= entry.committed // size):
+            self._in_flight(request, computed, num_new_tokens)
             return self.empty_kv_cache_blocks  # pages cover it, no block completed: hkv is asked nothing
         self._sync(entry, request)
         self._commit_to(entry, _written(request))
@@ -205,7 +227,15 @@ class HkvKVCacheManager:
             # scheduling the next step is scheduled, and the load counted written, before that)
             entry.unconfirmed = (computed - num_external_computed_tokens,
                                  None if delay_cache_blocks else computed + num_new_tokens)
+        if blocks is not None:
+            self._in_flight(request, computed, num_new_tokens)
         return blocks
+
+    def _in_flight(self, request: Any, computed: int, num_new_tokens: int) -> None:
+        """The step computes the request's tokens from `computed` on: its prompt blocks among them are in flight."""
+        if self.wait_for_shared_prefills and computed < request.num_prompt_tokens:
+            self.prefills_in_flight.record(request.block_hashes, computed, computed + num_new_tokens,
+                                           request.num_prompt_tokens)
 
     def _covered(self, entry: Entry, tokens: int) -> bool:
         """Whether the request's blocks in every group already cover `tokens` (one test when every group's
@@ -432,7 +462,8 @@ class HkvKVCacheManager:
         return []
 
     def new_step_starts(self) -> None:
-        """Nothing is per step in hkv."""
+        """A step is being scheduled: the oldest step's prompt blocks in flight are written by now."""
+        self.prefills_in_flight.next_step()
 
     # ------------------------------------------------------------------ helpers
 

@@ -12,7 +12,10 @@ hkv's own options come in vLLM's plugin configuration, `additional_config`
 (`--additional-config '{"hkv": {"fine_hits": true}}'`, or
 `LLM(..., additional_config={"hkv": {"fine_hits": True}})`): `fine_hits`
 resumes at every 16-token block, inside vLLM's blocks, with the partial
-last block copied on write by vLLM's worker (`copies.py`).
+last block copied on write by vLLM's worker (`copies.py`);
+`wait_for_shared_prefills` (on by default) leaves a waiting request for a
+step while a request in flight computes prompt blocks it shares, so it
+resumes from them (`in_flight.py`).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from vllm.v1.core.sched import scheduler as vllm_scheduler
 from hkv_vllm.errors import UnsupportedVllmConfig
 from hkv_vllm.manager import HkvKVCacheManager
 
-OPTIONS = {"fine_hits": bool}  # additional_config["hkv"]: name -> type
+OPTIONS = {"fine_hits": bool, "wait_for_shared_prefills": bool}  # additional_config["hkv"]: name -> type
 
 _BUILD_LOCK = threading.Lock()
 
@@ -73,6 +76,12 @@ class Scheduler(vllm_scheduler.Scheduler):
         with manager_class(_manager(args, kwargs)):
             super().__init__(*args, **kwargs)
 
+    def _handle_blocked_waiting_request(self, request: Any) -> bool:
+        """vLLM's check, then hkv's: a request that shares a prompt block being computed in this step waits
+        for it (`in_flight.py`)."""
+        return bool(super()._handle_blocked_waiting_request(request)
+                    and not self.kv_cache_manager.waits_for_prefill_in_flight(request))
+
 
 class AsyncScheduler(vllm_async.AsyncScheduler):
     """vLLM's async scheduler (`--async-scheduling`) whose `kv_cache_manager` is an `HkvKVCacheManager`: each
@@ -82,3 +91,9 @@ class AsyncScheduler(vllm_async.AsyncScheduler):
         with manager_class(_manager(args, kwargs)):
             super().__init__(*args, **kwargs)
 
+        self.kv_cache_manager.prefills_in_flight.steps = 2  # step n+1 is scheduled before step n is written
+
+    def _handle_blocked_waiting_request(self, request: Any) -> bool:
+        """As `Scheduler`'s."""
+        return bool(super()._handle_blocked_waiting_request(request)
+                    and not self.kv_cache_manager.waits_for_prefill_in_flight(request))

@@ -484,15 +484,17 @@ def test_a_prompt_longer_than_max_model_len_is_scheduled_as_vllm_schedules_it():
 
 def test_a_longer_prompt_within_one_step_is_computed_past_max_model_len_without_an_hkv_error():
     """With a token budget above max_model_len vLLM's scheduler computes the whole longer prompt in one step
-    (past max_model_len) and finishes it; hkv knows and commits only its first max_model_len + 1 tokens.  The
-    same requests finish at the same steps; the short one's hit differs only by visibility (vLLM hits the
-    block the long one was scheduled to write in the same step, hkv once written: docs/vllm.md)."""
+    (past max_model_len) and finishes it; hkv knows and commits only its first max_model_len + 1 tokens.  Both
+    finish; the short one resumes from the long one's first block in both, with vLLM in the same step (it
+    hits the block the long one is scheduled to write), with hkv one step later, once it is written
+    (docs/vllm.md, visibility)."""
     prompts = [("long", list(range(200)), 4), ("short", list(range(20)), 2)]
     got = drive_both(prompts, num_blocks=64, max_model_len=128, max_num_batched_tokens=512)
-    assert [s.finished for s in got["hkv"][0]] == [s.finished for s in got["stock"][0]] == [("long",), ("short",)]
+    assert [s.finished for s in got["stock"][0]] == [("long",), ("short",)]
+    assert [s.finished for s in got["hkv"][0]] == [("long",), (), ("short",)]
     assert got["hkv"][1] == got["stock"][1]
     assert [s.cached for s in got["stock"][0]][0] == (("long", 0), ("short", 16))
-    assert [s.cached for s in got["hkv"][0]][0] == (("long", 0), ("short", 0))
+    assert [s.cached for s in got["hkv"][0]][:2] == [(("long", 0),), (("short", 16),)]
 
 
 @pytest.mark.parametrize("odd", [-1, -7, 2**31, 2**40])

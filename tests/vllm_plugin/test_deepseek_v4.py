@@ -228,9 +228,9 @@ def test_a_shared_ring_block_is_caught(monkeypatch):
     ("deepseek_v41", tuple(V41.items()), (300, 500, 1000, 3000)),
 ], ids=["v4-flash", "v41"])
 def test_a_mooncake_slice_is_served_exactly(model, options, sizes):
-    """Every read exact for both, every request served; hkv's cached tokens are printed beside vLLM's: at
-    least vLLM's, or (V4-Flash at some sizes) within 5 % where vLLM's hits read KV another request writes in
-    the same step, which hkv never hits (docs/vllm.md, visibility) and after which the schedules part."""
+    """Every read exact for both, every request served; hkv's cached tokens at least vLLM's.  vLLM's hits read
+    KV another request writes in the same step, which hkv never hits: a request sharing a prefill in flight
+    waits a step for it (docs/vllm.md, visibility; at other sizes hkv is below, documented there)."""
     lay = layout(model, options)
     for num_blocks in sizes:
         stock = drive("stock", lay, num_blocks, trace_slice(lay.hash_block_size))
@@ -243,4 +243,4 @@ def test_a_mooncake_slice_is_served_exactly(model, options, sizes):
             assert run_[4].wrong_reads == 0 and run_[4].wrong_writes == 0, run_[4].describe()
             assert run_[2] == 32
         assert ours[4].same_step_reads == 0
-        assert ours[0] >= stock[0] or (same_step > 0 and ours[0] >= 0.95 * stock[0])
+        assert same_step > 0 and ours[0] >= stock[0]

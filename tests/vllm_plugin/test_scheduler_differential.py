@@ -56,17 +56,33 @@ def test_under_memory_pressure_evictions_and_preemptions_match():
     assert sum(len(s.finished) for s in ours) == 12
 
 
-def test_a_block_scheduled_in_this_step_is_no_hit_for_another_request():
-    """vLLM caches a block when it is scheduled; hkv only once it is computed (docs/vllm.md): two equal
-    prompts arriving together both compute from token 0 with hkv."""
+def twins():
     from hkv_vllm.drive import make_request
 
-    def twins():
-        prompt = list(range(64))
-        return {0: [make_request("a", prompt, max_tokens=2), make_request("b", prompt, max_tokens=2)]}
+    prompt = list(range(64))
+    return {0: [make_request("a", prompt, max_tokens=2), make_request("b", prompt, max_tokens=2)]}
 
-    stock, ours = schedule_both(twins, num_blocks=100)
-    assert dict(stock[0].cached)["b"] > 0  # vLLM: b resumes from a's blocks being written in the same step
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_a_request_sharing_a_prefill_in_flight_waits_for_it(asynchronous):
+    """vLLM caches a block when it is scheduled; hkv only once it is computed (docs/vllm.md): of two equal
+    prompts arriving together, vLLM resumes the second from the first's blocks being written in the same step,
+    hkv's scheduler leaves it waiting until they are written, then resumes it from them (`in_flight.py`).
+    It waits only while waiting would lengthen its hit: under async scheduling hkv keeps two steps' blocks in
+    flight, and this drive reports each step before the next, so it resumes one step on there too."""
+    stock, ours = schedule_both(twins, asynchronous=asynchronous, num_blocks=100)
+    assert dict(stock[0].cached) == {"a": 0, "b": 48}  # vLLM: b reads a's blocks being written in this step
+    assert dict(ours[0].cached) == {"a": 0}
+    assert dict(ours[1].cached) == {"b": 48}
+
+
+def test_without_waiting_a_shared_prefill_is_computed_twice():
+    """The broken variant (`wait_for_shared_prefills` off): both compute from token 0 in the first step."""
+    import hkv_vllm
+    from hkv_vllm.drive import build_scheduler, run
+
+    ours = run(build_scheduler(hkv_vllm.Scheduler, num_blocks=100,
+                               additional_config={"hkv": {"wait_for_shared_prefills": False}}), twins())
     assert dict(ours[0].cached) == {"a": 0, "b": 0}
 
 
