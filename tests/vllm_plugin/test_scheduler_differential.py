@@ -76,6 +76,20 @@ def test_a_request_sharing_a_prefill_in_flight_waits_for_it(asynchronous):
     assert dict(ours[1].cached) == {"b": 48}
 
 
+def test_the_requests_queued_after_a_waiting_one_wait_with_it():
+    """First come, first served, as when vLLM cannot allocate: a request queued behind one that waits for a
+    shared prefill is not scheduled ahead of it, even if it shares nothing."""
+    import hkv_vllm
+    from hkv_vllm.drive import build_scheduler, make_request, run
+
+    prompt = list(range(64))
+    arrivals = {0: [make_request("a", prompt, max_tokens=2), make_request("b", prompt, max_tokens=2),
+                    make_request("c", list(range(100, 164)), max_tokens=2)]}
+    ours = run(build_scheduler(hkv_vllm.Scheduler, num_blocks=100), arrivals)
+    assert dict(ours[0].cached) == {"a": 0}
+    assert dict(ours[1].cached) == {"b": 48, "c": 0}
+
+
 def test_without_waiting_a_shared_prefill_is_computed_twice():
     """The broken variant (`wait_for_shared_prefills` off): both compute from token 0 in the first step."""
     import hkv_vllm
