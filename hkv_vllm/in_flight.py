@@ -61,6 +61,12 @@ class PrefillsInFlight:
         if last > first:
             self._steps[-1].update(hashes[first:last])
 
+    def queue_waits(self, hashes: Sequence[Any], num_tokens: int, hit_tokens: Callable[[], int]) -> bool:
+        """`waits`, first come first served: once a request of this step waits, every later one does too."""
+        if not self.holding:
+            self.holding = self.waits(hashes, num_tokens, hit_tokens)
+        return self.holding
+
     def waits(self, hashes: Sequence[Any], num_tokens: int, hit_tokens: Callable[[], int]) -> bool:
         """Whether a request of `num_tokens` tokens with these block hashes would resume further by waiting:
         its blocks in flight reach a hit (a multiple of `hit_step_tokens`, short of its last token) past the hit

@@ -165,12 +165,8 @@ class HkvKVCacheManager:
         if (not self.wait_for_shared_prefills or request.num_computed_tokens or not request.num_tokens
                 or not self.prefix_cache_lookup_enabled(request)):
             return False
-        if self.prefills_in_flight.holding:  # first come, first served: none after a request that waits
-            return True
-        waits = self.prefills_in_flight.waits(request.block_hashes, request.num_tokens,
-                                             lambda: int(self.get_computed_blocks(request)[1]))
-        self.prefills_in_flight.holding = waits
-        return waits
+        return self.prefills_in_flight.queue_waits(request.block_hashes, request.num_tokens,
+                                                   lambda: int(self.get_computed_blocks(request)[1]))
 
     def _eagle_limit(self, hit: Hit) -> int:
         """The longest hit EAGLE may take: one eagle-group block shorter than hkv's hit (one block size), or

@@ -69,21 +69,26 @@ def manager_class(cls: Any) -> Iterator[None]:
             vllm_scheduler.KVCacheManager = stock
 
 
-class Scheduler(vllm_scheduler.Scheduler):
+class _WaitsForSharedPrefills:
+    """vLLM's check whether a waiting request is ready, then hkv's: a request that shares a prompt block being
+    computed in a step in flight waits for it (`in_flight.py`)."""
+
+    kv_cache_manager: HkvKVCacheManager
+
+    def _handle_blocked_waiting_request(self, request: Any) -> bool:
+        return bool(super()._handle_blocked_waiting_request(request)  # type: ignore[misc]
+                    and not self.kv_cache_manager.waits_for_prefill_in_flight(request))
+
+
+class Scheduler(_WaitsForSharedPrefills, vllm_scheduler.Scheduler):
     """vLLM's v1 Scheduler whose `kv_cache_manager` is an `HkvKVCacheManager`."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         with manager_class(_manager(args, kwargs)):
             super().__init__(*args, **kwargs)
 
-    def _handle_blocked_waiting_request(self, request: Any) -> bool:
-        """vLLM's check, then hkv's: a request that shares a prompt block being computed in this step waits
-        for it (`in_flight.py`)."""
-        return bool(super()._handle_blocked_waiting_request(request)
-                    and not self.kv_cache_manager.waits_for_prefill_in_flight(request))
 
-
-class AsyncScheduler(vllm_async.AsyncScheduler):
+class AsyncScheduler(_WaitsForSharedPrefills, vllm_async.AsyncScheduler):
     """vLLM's async scheduler (`--async-scheduling`) whose `kv_cache_manager` is an `HkvKVCacheManager`: each
     step's slots are reserved ahead of the token the step before it has not sampled yet."""
 
@@ -92,8 +97,3 @@ class AsyncScheduler(vllm_async.AsyncScheduler):
             super().__init__(*args, **kwargs)
 
         self.kv_cache_manager.prefills_in_flight.steps = 2  # step n+1 is scheduled before step n is written
-
-    def _handle_blocked_waiting_request(self, request: Any) -> bool:
-        """As `Scheduler`'s."""
-        return bool(super()._handle_blocked_waiting_request(request)
-                    and not self.kv_cache_manager.waits_for_prefill_in_flight(request))

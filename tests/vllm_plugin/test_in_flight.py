@@ -72,3 +72,13 @@ def test_a_step_that_waits_holds_the_requests_after_it():
 def test_bad_sizes_are_refused(args):
     with pytest.raises(ValueError, match="must be positive"):
         PrefillsInFlight(*args[:2], **({"steps": args[2]} if len(args) > 2 else {}))
+
+
+def test_once_a_request_waits_the_later_ones_of_the_step_wait_too():
+    flight = PrefillsInFlight(4, 4)
+    flight.record(hashes("a", 4), 0, 16, 16)
+    assert not flight.queue_waits(hashes("b", 5), 20, no_hit)  # shares nothing: goes ahead
+    assert flight.queue_waits(hashes("a", 5), 20, no_hit)
+    assert flight.queue_waits(hashes("b", 5), 20, no_hit)  # queued after a waiting request
+    flight.next_step()
+    assert not flight.queue_waits(hashes("b", 5), 20, no_hit)
