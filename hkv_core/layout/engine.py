@@ -32,7 +32,7 @@ from hkv_core.layout.bounds import (
 )
 from hkv_core.layout.kinds import DTYPE_BYTES, AttentionKind, EntryKind, ObjectKind
 from hkv_core.layout.model import Layout
-from hkv_core.layout.records import LayerGroup, PoolSpec, make_pool
+from hkv_core.layout.records import LayerGroup, PoolSpec, RecurrentShape, make_pool
 
 ENGINE_MODEL_TYPE = "engine"  # Layout.model_type of an engine-laid-out layout (part of every block key's root)
 FULL_RATIO, WINDOW_RATIO = 1, 0  # compress ratios of a full-attention and of a sliding-window layer
@@ -43,7 +43,9 @@ class EngineGroup:
     """One engine KV cache group: its sliding window in tokens (0: full attention), tokens per block (one hkv
     page), KV dtype (`fp16`, `bf16`, `fp32`, `fp8`), and KV heads and head size (K and V per head).  `ring`:
     a per-request ring of compressor rows (vLLM's CircularBufferSpec: one block per request, never shared;
-    hkv's scratch role), whose block need not be a whole number of hkv blocks."""
+    hkv's scratch role), whose block need not be a whole number of hkv blocks.  `state`: a linear layer's
+    recurrent state laid out per block column (vLLM's MambaSpec in align mode; hkv's state role), its page the
+    group's block (`num_kv_heads` x `head_dim` pairs of `kv_dtype` per token give its bytes)."""
 
     window_tokens: int
     tokens_per_page: int
@@ -51,10 +53,12 @@ class EngineGroup:
     num_kv_heads: int
     head_dim: int
     ring: bool = False
+    state: bool = False
 
     @property
-    def geometry(self) -> tuple[int, int, str, int, int, bool]:
-        return self.window_tokens, self.tokens_per_page, self.kv_dtype, self.num_kv_heads, self.head_dim, self.ring
+    def geometry(self) -> tuple[int, int, str, int, int, bool, bool]:
+        return (self.window_tokens, self.tokens_per_page, self.kv_dtype, self.num_kv_heads, self.head_dim, self.ring,
+                self.state)
 
 
 def engine_layout(groups: Sequence[EngineGroup], *, name: str, block_tokens: int, alignment_bytes: int,
@@ -107,35 +111,43 @@ def _check_group(i: int, group: object, block_tokens: int, source: str) -> None:
     if group.kv_dtype not in DTYPE_BYTES:
         raise ConfigError(f"kv_dtype must be one of {', '.join(DTYPE_BYTES)}, got {group.kv_dtype!r}",
                           source=source, key=key)
-    if group.ring and window:
-        raise ConfigError("a ring has no window", source=source, key=key)
+    if (group.ring or group.state) and window or group.ring and group.state:
+        raise ConfigError("a ring or a state column group has no window, and is not both", source=source, key=key)
     if group.tokens_per_page % block_tokens and not group.ring:
         raise ConfigError(f"a page of {group.tokens_per_page} tokens is not a whole number of hkv blocks of "
                           f"{block_tokens} tokens", source=source, key=key)
 
 
-def _group_names(geometries: list[tuple[int, int, str, int, int, bool]]) -> list[str]:
-    """Per layer group (by its geometry): `full` / `swa` / `ring`, numbered in order where one kind has
-    several."""
+Geometry = tuple[int, int, str, int, int, bool, bool]
+
+
+def _group_names(geometries: list[Geometry]) -> list[str]:
+    """Per layer group (by its geometry): `full` / `swa` / `ring` / `state`, numbered in order where one kind
+    has several."""
     names = [""] * len(geometries)
-    kind_of = [("ring" if geo[5] else "swa" if geo[0] else "full") for geo in geometries]
-    for kind in ("full", "swa", "ring"):
+    kind_of = [("ring" if geo[5] else "state" if geo[6] else "swa" if geo[0] else "full") for geo in geometries]
+    for kind in ("full", "swa", "ring", "state"):
         ofkind = [i for i, k in enumerate(kind_of) if k == kind]
         for n, i in enumerate(ofkind):
             names[i] = kind if len(ofkind) == 1 else f"{kind}{n}"
     return names
 
 
-def _layer_group(name: str, geo: tuple[int, int, str, int, int, bool], layers: tuple[int, ...]) -> LayerGroup:
-    window = geo[0]
+def _layer_group(name: str, geo: Geometry, layers: tuple[int, ...]) -> LayerGroup:
+    window, tokens, dtype, heads, dim = geo[:5]
+    if geo[6]:  # the engine's state of one block: its bytes, as one recurrent state (its parts are the engine's)
+        state = RecurrentShape(mixer="engine", conv_shape=(1,), conv_dtype=dtype,
+                               ssm_shape=(max(1, tokens * 2 * heads * dim - 1),), ssm_dtype=dtype)
+        return LayerGroup(name=name, kind=AttentionKind.LINEAR, compress_ratio=0, layer_ids=layers, window_tokens=0,
+                          state=state)
     kind, ratio = (AttentionKind.SWA, WINDOW_RATIO) if window else (AttentionKind.FULL, FULL_RATIO)
     return LayerGroup(name=name, kind=kind, compress_ratio=ratio, layer_ids=layers, window_tokens=window)
 
 
-def _pool(group: LayerGroup, geo: tuple[int, int, str, int, int, bool], alignment_bytes: int,
-          source: str) -> PoolSpec:
-    window, tokens, dtype, heads, dim, ring = geo
+def _pool(group: LayerGroup, geo: Geometry, alignment_bytes: int, source: str) -> PoolSpec:
+    window, tokens, dtype, heads, dim, ring, state = geo
     obj, entry = ((ObjectKind.COMPRESSOR_TAIL, EntryKind.RING_ROW) if ring
+                  else (ObjectKind.RECURRENT_STATE, EntryKind.STATE_COLUMN) if state
                   else (ObjectKind.SWA_WINDOW, EntryKind.WINDOW_ROW) if window
                   else (ObjectKind.COMPRESSED_KV, EntryKind.COMPRESSED_ENTRY))
     pool = make_pool(group, obj, entry, dtype=dtype, entry_shape=(2, heads, dim), base_entries=tokens,

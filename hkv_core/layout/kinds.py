@@ -40,6 +40,9 @@ class EntryKind(StrEnum):
     CONV_STATE = "conv_state"  # a linear layer's short-convolution state: one entry, the whole state at P
     SSM_STATE = "ssm_state"  # a linear layer's recurrent (SSM / delta-rule) state: one entry, the whole state at P
     RING_ROW = "ring_row"  # a request's ring of its last compressor rows (an engine's scratch: never shared)
+    STATE_COLUMN = "state_column"  # an engine's recurrent state laid out per block (vLLM's Mamba groups, align mode):
+    #     one page per block column; the engine writes the state after each step's last token into that token's
+    #     column, so a column holds the state at its block's end exactly when a step ended there
 
 
 # Pool component name per (object kind, entry kind): the suffix of pool names and
@@ -53,6 +56,7 @@ COMPONENTS: dict[tuple[ObjectKind, EntryKind], str] = {
     (ObjectKind.RECURRENT_STATE, EntryKind.CONV_STATE): "recurrent_state.conv",
     (ObjectKind.RECURRENT_STATE, EntryKind.SSM_STATE): "recurrent_state.ssm",
     (ObjectKind.COMPRESSOR_TAIL, EntryKind.RING_ROW): "compressor_tail.ring",
+    (ObjectKind.RECURRENT_STATE, EntryKind.STATE_COLUMN): "recurrent_state.column",
 }
 # Entry kinds of point snapshots: one page per retained resume point holds what a resume at exactly P reads.
 SNAPSHOT_ENTRIES = frozenset({EntryKind.TAIL_ROW, EntryKind.CONV_STATE, EntryKind.SSM_STATE})

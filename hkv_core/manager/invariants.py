@@ -398,10 +398,20 @@ def snapshots_unshared(core: Core) -> list[str]:
     out += [f"{_name(o, b)} is the snapshot of {n} resume points" for b, n in counts.items() if n > 1]
     for req in core.requests.live():
         for pool in o.pools:
-            table = req.tables[pool.index]
-            if pool.spec.point_snapshot and table and int(table[0]) in counts:
-                out.append(f"request {req.rid} computes in {_name(o, int(table[0]))}, a resume point's snapshot")
+            working = _working_object(req, pool) if pool.spec.point_snapshot else NULL_OBJECT
+            if working != NULL_OBJECT and working in counts:
+                out.append(f"request {req.rid} computes in {_name(o, working)}, a resume point's snapshot")
     return out
+
+
+def _working_object(req: RequestState, pool: PoolSlots) -> int:
+    """The object a request's next tokens write in a snapshot pool: its working tail, or (state columns) the
+    column of the last token it allocated past those it computed (NULL_OBJECT: none)."""
+    table = req.tables[pool.index]
+    if not pool.spec.state_columns:
+        return int(table[0]) if table else NULL_OBJECT
+    column = (req.allocated - 1) // pool.spec.tokens_per_page
+    return int(table[column]) if req.allocated > req.computed and column < len(table) else NULL_OBJECT
 
 
 def referenced_objects_indexable(core: Core) -> list[str]:

@@ -32,6 +32,7 @@ class PoolRole(enum.Enum):
     WINDOW = "window"  # raw rows of one or more blocks: needed for [P - W + 1, P)
     TAIL = "tail"  # one snapshot page per resume point: compressor rows, or a linear layer's state, at P
     SCRATCH = "scratch"  # one page per request for its life, never shared: an engine's compressor ring
+    STATE = "state"  # one page per block column, the state at the block's end where a step ended: an engine's Mamba
 
 
 ROLE_OF: dict[tuple[ObjectKind, EntryKind], PoolRole] = {
@@ -43,6 +44,7 @@ ROLE_OF: dict[tuple[ObjectKind, EntryKind], PoolRole] = {
     (ObjectKind.RECURRENT_STATE, EntryKind.CONV_STATE): PoolRole.TAIL,
     (ObjectKind.RECURRENT_STATE, EntryKind.SSM_STATE): PoolRole.TAIL,
     (ObjectKind.COMPRESSOR_TAIL, EntryKind.RING_ROW): PoolRole.SCRATCH,
+    (ObjectKind.RECURRENT_STATE, EntryKind.STATE_COLUMN): PoolRole.STATE,
 }
 
 
@@ -80,8 +82,13 @@ class LaneSpec:
 
     @property
     def point_snapshot(self) -> bool:
-        """Every resume point holds one object of this pool (tail pools: the snapshot at its position)."""
-        return self.role is PoolRole.TAIL
+        """Every resume point holds one object of this pool (tail and state pools: the state at its position)."""
+        return self.role in (PoolRole.TAIL, PoolRole.STATE)
+
+    @property
+    def state_columns(self) -> bool:
+        """A request computes in one page per block column (state pools), not in one working page (tails)."""
+        return self.role is PoolRole.STATE
 
 
 def _lane_key(spec: PoolSpec, role: PoolRole, pages: int, window: int) -> tuple[object, ...]:
@@ -136,6 +143,6 @@ def _check_geometry(spec: PoolSpec, role: PoolRole, block_tokens: int) -> None:
     if role is PoolRole.PREFIX and tokens % block_tokens:
         raise ConfigError(f"tokens per page {tokens} is not a multiple of block_tokens {block_tokens}",
                           source=spec.name, key="tokens_per_page")
-    if role is PoolRole.WINDOW and tokens % block_tokens:
+    if role in (PoolRole.WINDOW, PoolRole.STATE) and tokens % block_tokens:
         raise ConfigError(f"window pages must hold a whole number of blocks ({block_tokens} rows each), not "
                           f"{tokens} rows", source=spec.name, key="tokens_per_page")

@@ -7,13 +7,15 @@ from hkv_core.manager.page_pools import FIRED, PoolSlots
 from hkv_core.manager.roles.base import Builder, Condition, Moves, Role, Shared
 from hkv_core.manager.roles.prefix import PrefixRole
 from hkv_core.manager.roles.scratch import ScratchRole
+from hkv_core.manager.roles.state import StateRole
 from hkv_core.manager.roles.tail import TailRole
 from hkv_core.manager.roles.window import WindowRole, window_width
 from hkv_core.spec.names import Event
 
 ROLE_CLASSES: dict[PoolRole, type[Role]] = {PoolRole.PREFIX: PrefixRole, PoolRole.WINDOW: WindowRole,
-                                            PoolRole.TAIL: TailRole, PoolRole.SCRATCH: ScratchRole}
-POINT_ROLES = (PoolRole.WINDOW, PoolRole.TAIL)  # roles whose pools resume points refer to, in column order
+                                            PoolRole.TAIL: TailRole, PoolRole.SCRATCH: ScratchRole,
+                                            PoolRole.STATE: StateRole}
+POINT_ROLES = (PoolRole.WINDOW, PoolRole.TAIL, PoolRole.STATE)  # roles whose pools points refer to, in column order
 
 
 def pools_of(pools: tuple[PoolSlots, ...], role: PoolRole) -> tuple[PoolSlots, ...]:
@@ -32,10 +34,11 @@ def block_columns(pools: tuple[PoolSlots, ...]) -> list[PoolSlots]:
 
 
 def point_columns(pools: tuple[PoolSlots, ...]) -> list[tuple[PoolSlots, int]]:
-    """(pool, width) of each point-table column: window pools (their window's pages), then tail pools."""
+    """(pool, width) of each point-table column: window pools (their window's pages), then tail pools, then
+    state pools (in PoolRole order, as build_roles numbers them)."""
     windows = [(p, window_width(p.spec.window_tokens, p.spec.tokens_per_page))
                for p in pools_of(pools, PoolRole.WINDOW)]
-    return windows + [(p, 1) for p in pools_of(pools, PoolRole.TAIL)]
+    return windows + [(p, 1) for role in (PoolRole.TAIL, PoolRole.STATE) for p in pools_of(pools, role)]
 
 
 def build_roles(shared: Shared, pools: tuple[PoolSlots, ...]) -> tuple[Role, ...]:
@@ -51,5 +54,5 @@ def build_roles(shared: Shared, pools: tuple[PoolSlots, ...]) -> tuple[Role, ...
     return tuple(roles)
 
 
-__all__ = ["Builder", "Condition", "Moves", "PrefixRole", "Role", "ScratchRole", "Shared", "TailRole", "WindowRole",
+__all__ = ["Builder", "Condition", "Moves", "PrefixRole", "Role", "ScratchRole", "Shared", "StateRole", "TailRole", "WindowRole",
            "block_columns", "build_roles", "events_fired", "point_columns", "pools_of"]
