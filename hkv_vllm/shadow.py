@@ -66,6 +66,15 @@ computed and read by every later token (`CompressedReads`); V4.1's
 p % block_size, and a step from s reads the open compression group's rows
 (`RingReads`): a ring another request writes too is a wrong read.
 
+Mamba / Gated DeltaNet groups (`MambaSpec`, align mode: `StateReads`) hold no
+KV per position but one state per block column: a step over [s, e) first
+copies the state its request left last step (or, new or resumed, in column
+(s - 1) // T) into column (e - 1) // T, then writes the state after e there
+(`vllm/v1/worker/mamba_utils.py`, `preprocess_mamba`; docs/vllm_mamba.md).
+The shadow records a state as the KV of position e - 1 in slot 0 of its
+block, and checks that the column a step copies from holds the state of the
+request's own prefix [0, s).
+
 Extension point: another group kind is one `ReadRule` subclass (which positions
 a step reads from the cache, `reads`, which positions write an entry,
 `writes`, and where a position's entry lives in the request's table,
@@ -220,8 +229,21 @@ class RingReads(ReadRule):
         return True
 
 
+@attrs.frozen
+class StateReads(ReadRule):
+    """A Mamba / GDN group (align mode): no positions read or written per token; a step reads the state at its
+    start from the column its request last wrote and writes the state at its end into column (end - 1) // T
+    (`ShadowWorker._check_state`, `_write_state`)."""
+
+    def reads(self, start: int, end: int) -> range:
+        return range(0)
+
+    def writes(self, position: int) -> bool:
+        return False
+
+
 def _per_state(spec: Any) -> int:
-    return int(getattr(spec, "tokens_per_state", 1) or 1)
+    return max(1, int(getattr(spec, "tokens_per_state", 1) or 1))
 
 
 def _full(spec: Any, ratio: int) -> ReadRule:
@@ -250,6 +272,12 @@ def _ring(spec: Any, ratio: int) -> ReadRule:
     return RingReads(ratio)
 
 
+def _state(spec: Any, ratio: int) -> ReadRule:
+    if spec.mamba_cache_mode != "align" or spec.num_speculative_blocks or spec.num_prefill_checkpoint_blocks:
+        raise NotImplementedError("a Mamba group outside align mode, or with speculative or checkpoint blocks")
+    return StateReads()
+
+
 # The extension point: a spec class name -> its read rule, given the spec and the model's compression ratio.
 RULES: dict[str, Callable[[Any, int], ReadRule]] = {
     "FullAttentionSpec": _full,
@@ -258,6 +286,7 @@ RULES: dict[str, Callable[[Any, int], ReadRule]] = {
     "SlidingWindowMLASpec": _window,
     "ChunkedLocalAttentionSpec": _chunk,
     "CircularBufferSpec": _ring,
+    "MambaSpec": _state,
 }
 
 
@@ -272,7 +301,8 @@ def read_rule(spec: Any, *, compress_ratio: int = 1) -> ReadRule:
 
 def compress_ratio(specs: Iterable[Any]) -> int:
     """The compression ratio a ring serves: the largest `tokens_per_state` of the model's non-ring groups."""
-    return max((_per_state(s) for s in specs if type(s).__name__ != "CircularBufferSpec"), default=1)
+    return max((_per_state(s) for s in specs if type(s).__name__ not in ("CircularBufferSpec", "MambaSpec")),
+               default=1)
 
 
 # ---------------------------------------------------------------------------------------------- prefixes
@@ -317,6 +347,7 @@ class _Request:
     root: str  # what besides the tokens decides its KV (its LoRA adapter)
     tokens: list[int] = attrs.field(factory=list)  # the tokens its `ids` name
     ids: list[int] = attrs.field(factory=list)  # per position p, the id of its prefix [0..p]
+    state_columns: dict[int, int] = attrs.field(factory=dict)  # Mamba group -> the column its last step wrote
 
 
 @attrs.frozen
@@ -419,6 +450,7 @@ class ShadowWorker:
         if resumed:  # back from preemption: its blocks replace the table (the worker asserts they are given)
             request.table = [list(ids) for ids in new_block_ids]
             request.resumed_at = computed
+            request.state_columns.clear()
             self.resumes += 1
         elif new_block_ids is not None:
             for table, ids in zip(request.table, new_block_ids, strict=True):
@@ -444,6 +476,9 @@ class ShadowWorker:
     def _write(self, span: _Span, written: dict[tuple[int, int], Record]) -> None:
         request = self.requests[span.req_id]
         for group, rule in enumerate(self.rules):
+            if isinstance(rule, StateReads):
+                self._write_state(span, request, group, written)
+                continue
             for position in range(span.start, span.end):
                 if not rule.writes(position):
                     continue
@@ -468,9 +503,35 @@ class ShadowWorker:
             slots.clear()
         slots[slot] = written[(block, slot)] = record
 
+    def _write_state(self, span: _Span, request: _Request, group: int, written: dict[tuple[int, int], Record]) -> None:
+        """The state after the step's last token, into the column of that token."""
+        column = (span.end - 1) // self.block_sizes[group]
+        record = Record(group, request.ids[span.end - 1], span.end - 1, span.req_id, self.steps)
+        self._store(span.req_id, _block_at(request.table[group], column), 0, record, written, False)
+        request.state_columns[group] = column
+
+    def _check_state(self, span: _Span, request: _Request, group: int) -> None:
+        """The column the step copies its starting state from holds the request's own state at its start."""
+        if not span.start:
+            return
+        column = request.state_columns.get(group, (span.start - 1) // self.block_sizes[group])
+        block = _block_at(request.table[group], column)
+        found = self.slots.get(block, {}).get(0) if block else None
+        expected = request.ids[span.start - 1]
+        why = _mismatch(block, found, group, expected, span.start - 1)
+        self.reads += 1
+        self.cached_reads += span.start <= request.resumed_at
+        if why:
+            self._wrong_read(WrongRead(step=self.steps, req_id=span.req_id, group=group, position=span.start - 1,
+                                       block=block, slot=0, expected_prefix=expected, found=found, why=why))
+        elif found is not None:
+            self.copied_reads += found.copied
+
     def _check_reads(self, span: _Span, *, before_writes: bool) -> None:
         request = self.requests[span.req_id]
         for group, rule in enumerate(self.rules):
+            if isinstance(rule, StateReads) and before_writes:  # the copy runs before the forward pass
+                self._check_state(span, request, group)
             if rule.wraps != before_writes:
                 continue
             for position in rule.reads(span.start, span.end):

@@ -13,7 +13,7 @@ pool:
   needs for `num_tokens` (what the scheduler's promotion check asks).
 - `coordinator.enable_partial_hash_hits` / `eagle_group_ids` /
   `num_reprefillable_tokens`: False / every group with EAGLE, else () / 0
-  (no Mamba groups).
+  (hkv's Mamba groups keep no speculative or checkpoint blocks).
 - `block_pool.get_num_free_blocks()` / `get_usage()`: blocks no live
   request holds (hkv's free pages and its evictable cached ones, as vLLM
   counts its free queue), and the share held.
@@ -90,7 +90,7 @@ class CoordinatorView:
     def get_num_blocks_to_allocate(self, *, request_id: str, num_tokens: int, **_: Any) -> int:
         """Blocks the request needs beyond what it holds to cover `num_tokens` tokens, all groups together."""
         entry = self._owner.entries.get(request_id)
-        return sum(max(0, pool.blocks_for(num_tokens) - (len(entry.blocks[pool.group_id]) if entry else 0))
+        return sum(pool.new_blocks(num_tokens, len(entry.blocks[pool.group_id]) if entry else 0)
                    for pool in self._owner.groups)
 
 

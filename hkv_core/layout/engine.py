@@ -111,8 +111,11 @@ def _check_group(i: int, group: object, block_tokens: int, source: str) -> None:
     if group.kv_dtype not in DTYPE_BYTES:
         raise ConfigError(f"kv_dtype must be one of {', '.join(DTYPE_BYTES)}, got {group.kv_dtype!r}",
                           source=source, key=key)
-    if (group.ring or group.state) and window or group.ring and group.state:
-        raise ConfigError("a ring or a state column group has no window, and is not both", source=source, key=key)
+    for flag, why in ((group.ring and window, "a ring has no window"),
+                      (group.state and window, "state columns have no window"),
+                      (group.ring and group.state, "a group is a ring or state columns, not both")):
+        if flag:
+            raise ConfigError(why, source=source, key=key)
     if group.tokens_per_page % block_tokens and not group.ring:
         raise ConfigError(f"a page of {group.tokens_per_page} tokens is not a whole number of hkv blocks of "
                           f"{block_tokens} tokens", source=source, key=key)

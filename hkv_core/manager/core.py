@@ -90,11 +90,13 @@ class Core:
                              config=self.config)
         self.roles: tuple[Role, ...] = build_roles(self.shared, self.pools)
         self.needs_points = bool(self.index.points.refs)  # windows or tails: hits resume only at kept points
+        self.state_columns = any(p.spec.state_columns for p in self.pools)  # an engine's per-block states
         prefix_tokens = [p.spec.tokens_per_page for p in block_columns(self.pools)]
         self.lcm_tokens = math.lcm(self.block_tokens, *prefix_tokens)
-        # a resume point lies on a boundary of every window page (window pages are shared only whole)
+        # a resume point lies on a boundary of every window page (window pages are shared only whole) and of every
+        # state column (a column holds the state at its end only)
         self.window_lcm_tokens = math.lcm(self.block_tokens, *(p.spec.tokens_per_page for p in self.pools
-                                                               if p.spec.window_tokens))
+                                                               if p.spec.window_tokens or p.spec.state_columns))
 
     def clone(self) -> Core:
         """An independent copy of every mutable part (spec, tables, layout and hasher are shared)."""

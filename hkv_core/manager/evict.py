@@ -72,6 +72,10 @@ class Pass:
 # at any block of an earlier one, not at its prompt's end.)
 PASSES = (Pass(points_only=True, anchors=False, running=True, spare="branches"),
           Pass(points_only=True, running=True, spare="latest"), Pass(), Pass(points_only=True, running=True))
+# With state columns (vLLM's Mamba groups) a running request's anchors are not passed by a window: the state at
+# its prompt's end is where its next turn resumes, and vLLM keeps it cached in LRU order (its replay boundary), so
+# they go with the released chains' units, in the order as it is.
+STATE_PASSES = (PASSES[0], PASSES[2], PASSES[3])
 
 
 def _chunk_units(core: Core, walk: Walk, chunk: Blocks, live: NDArray[np.bool_], how: Pass) -> None:
@@ -167,6 +171,8 @@ def _walk(core: Core, needs: list[int], max_units: int | None, passes: tuple[Pas
     for req in core.requests.live():
         live[req.chain.view()] = True
     passes = passes if core.needs_points else (Pass(),)  # without points: the order as it is
+    if passes is PASSES and core.state_columns:
+        passes = STATE_PASSES
     try:
         for how in passes:
             chunks = [_running_points(core, how.spare)] if how.running else core.index.policy.chunks()

@@ -158,3 +158,21 @@ def test_a_ring_with_a_window_is_refused():
     bad = EngineGroup(window_tokens=8, tokens_per_page=2, kv_dtype="fp32", num_kv_heads=1, head_dim=8, ring=True)
     with pytest.raises(ConfigError, match="a ring has no window"):
         build([group(page=8), bad], block=4)
+
+
+@pytest.mark.parametrize(("fields", "why"), [(dict(window_tokens=8, state=True), "state columns have no window"),
+                                             (dict(ring=True, state=True), "a ring or state columns, not both")])
+def test_a_state_group_with_a_window_or_a_ring_is_refused(fields, why):
+    bad = EngineGroup(**{**dict(window_tokens=0, tokens_per_page=8, kv_dtype="fp32", num_kv_heads=1, head_dim=8),
+                         **fields})
+    with pytest.raises(ConfigError, match=why):
+        build([group(page=8), bad], block=4)
+
+
+def test_a_state_group_is_a_linear_layer_with_state_columns():
+    layout, pools = build([group(page=8), EngineGroup(window_tokens=0, tokens_per_page=8, kv_dtype="fp32",
+                                                      num_kv_heads=1, head_dim=8, state=True)], block=4)
+    spec = layout.pool(pools[1])
+    assert (spec.object_kind.value, spec.entry_kind.value, spec.tokens_per_page) == ("recurrent_state",
+                                                                                     "state_column", 8)
+    assert layout.group(spec.group_name).kind.value == "LINEAR"

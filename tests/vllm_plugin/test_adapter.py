@@ -76,11 +76,12 @@ def test_an_mla_sliding_window_group_without_replay_is_a_window():
     assert got.layout.group(got.groups[1].pool.split(".")[0]).window_tokens == 128
 
 
-def mamba():
+def mamba(block_size=16, **fields):
     import torch
     from vllm.v1.kv_cache_interface import MambaSpec
 
-    return MambaSpec(block_size=16, shapes=((1, 1),), dtypes=(torch.float32,))
+    return MambaSpec(block_size=block_size, shapes=((1, 1),), dtypes=(torch.float32,), mamba_cache_mode="align",
+                     **fields)
 
 
 def test_hybrid_groups_each_get_a_pool_and_share_one_block_space():
@@ -97,7 +98,9 @@ def test_hybrid_groups_each_get_a_pool_and_share_one_block_space():
 
 
 @pytest.mark.parametrize(("specs", "feature", "match"), [
-    (lambda: (full(), mamba()), "kv_cache_groups[1]", "MambaSpec"),
+    (lambda: (full(), mamba(num_speculative_blocks=2)), "mamba_speculative_blocks", r"kv_cache_groups\[1\]"),
+    (lambda: (full(), mamba(num_prefill_checkpoint_blocks=1)), "mamba_prefill_checkpoints", "Mamba2"),
+    (lambda: (full(), mamba(block_size=32)), "mamba_sub_block_hits", "32-token blocks with 16-token hash"),
     (lambda: (sliding_mla(128, bounded_replay=True),), "swa_bounded_replay", "--no-swa-bounded-replay"),
     (lambda: (full(block_size=24), full()), "kv_cache_groups[0]", "a whole number of hash blocks"),
     (lambda: (full(dtype="int8"),), "kv_cache_dtype", "int8"),

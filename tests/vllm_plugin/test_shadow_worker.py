@@ -114,8 +114,10 @@ def test_read_rules_follow_vllms_windows_and_refuse_what_they_do_not_model():
     assert read_rule(ChunkedLocalAttentionSpec(**shape, attention_chunk_size=32)).reads(40, 70) == range(32, 40)
     assert read_rule(ChunkedLocalAttentionSpec(**shape, attention_chunk_size=32)).reads(64, 70) == range(64, 64)
     assert ReadRule().locate(37, 16) == (2, 5)
-    with pytest.raises(NotImplementedError, match="MambaSpec"):
+    with pytest.raises(NotImplementedError, match="outside align mode"):
         read_rule(MambaSpec(block_size=16, shapes=((1,),), dtypes=(torch.float32,)))
+    assert type(read_rule(MambaSpec(block_size=16, shapes=((1,),), dtypes=(torch.float32,),
+                                    mamba_cache_mode="align"))).__name__ == "StateReads"
     with pytest.raises(NotImplementedError, match="bounded replay"):
         read_rule(SlidingWindowMLASpec(**shape, sliding_window=32, bounded_replay=True))
     # DeepSeek-V4's compressed MLA group: an entry per 4 tokens, written at the 4th, read by every later token

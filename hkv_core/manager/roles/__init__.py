@@ -54,5 +54,5 @@ def build_roles(shared: Shared, pools: tuple[PoolSlots, ...]) -> tuple[Role, ...
     return tuple(roles)
 
 
-__all__ = ["Builder", "Condition", "Moves", "PrefixRole", "Role", "ScratchRole", "Shared", "StateRole", "TailRole", "WindowRole",
-           "block_columns", "build_roles", "events_fired", "point_columns", "pools_of"]
+__all__ = ["Builder", "Condition", "Moves", "PrefixRole", "Role", "ScratchRole", "Shared", "StateRole", "TailRole",
+           "WindowRole", "block_columns", "build_roles", "events_fired", "point_columns", "pools_of"]

@@ -36,7 +36,7 @@ class StateRole(TailRole):
     """State-column page pools, each a one-object column of the point table (matched, referred to and pinned
     against eviction as a tail snapshot)."""
 
-    FIRES = (Event.PUBLISH_PINNED,)
+    FIRES: tuple[Event, ...] = (Event.PUBLISH_PINNED,)
 
     # ---------------------------------------------------------- match / acquire (a tail's: one object per point)
 
@@ -82,13 +82,14 @@ class StateRole(TailRole):
         table, tokens = req.tables[pool.index].view(), pool.spec.tokens_per_page
         cols = due // tokens - 1
         inside = (cols >= 0) & (cols < len(table))
-        objs = np.where(inside, table[np.where(inside, cols, 0)], NULL_OBJECT).astype(np.int32)
+        objs = np.full(len(due), NULL_OBJECT, np.int32)
+        objs[inside] = table[cols[inside]]
         return objs, inside & self.owned(req, objs)
 
     def points_ready(self, req: RequestState, due: NDArray[np.int64], moves: Moves) -> Bools:
         """A point only at the commit's end (where the engine's step ended) on a block boundary, its column the
         request's own page."""
-        ok = due == req.computed
+        ok: Bools = due == req.computed
         for pool in self.pools:
             ok &= (due % pool.spec.tokens_per_page == 0) & self._columns(pool, req, due)[1]
         return ok

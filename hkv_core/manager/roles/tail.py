@@ -38,7 +38,7 @@ from hkv_core.spec.names import Event
 class TailRole(Role):
     """Tail page pools, each a one-object column of the point table."""
 
-    FIRES = (Event.FILL, Event.COPY_DONE, Event.COPY_FAIL, Event.PUBLISH)
+    FIRES: tuple[Event, ...] = (Event.FILL, Event.COPY_DONE, Event.COPY_FAIL, Event.PUBLISH)
 
     def conditions(self, ids: NDArray[np.int32], lo: int) -> list[Condition]:
         kept = point_kept(self, ids, lo)
