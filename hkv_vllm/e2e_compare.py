@@ -1,4 +1,5 @@
-"""The end-to-end check's verdict: hkv's run against stock vLLM with prefix caching off, request by request."""
+"""The end-to-end check's verdict: hkv's run against stock vLLM with prefix caching off, request by request, and
+its cached tokens against stock vLLM's own prefix caching."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ def _largest(rows: list[dict[str, Any]]) -> float:
     return max((r["max_logprob_diff"] for r in rows), default=0.0)
 
 
-def compare(hkv: dict[str, Any], stock: dict[str, Any]) -> dict[str, Any]:
-    """Per request: tokens equal, largest logprob difference, bit-equal; and the runs' counters."""
+def compare(hkv: dict[str, Any], stock: dict[str, Any], cached: dict[str, Any]) -> dict[str, Any]:
+    """Per request: tokens equal, largest logprob difference, bit-equal; and the runs' counters (`cached`: stock
+    vLLM with its own prefix caching)."""
     key = {(r["user"], r["turn"]): r for r in stock["rows"]}
     rows = [_row_diff(r, key[(r["user"], r["turn"])]) for r in hkv["rows"]]
     hit, cold = [r for r in rows if r["cached"]], [r for r in rows if not r["cached"]]
@@ -33,6 +35,11 @@ def compare(hkv: dict[str, Any], stock: dict[str, Any]) -> dict[str, Any]:
         "hit_tokens": sum(r["cached"] for r in rows), "requests_with_hit": len(hit),
         "prompt_tokens": sum(r["prompt_tokens"] for r in rows),
         "stock_hit_tokens": sum(r["cached"] for r in stock["rows"]),
+        "vllm_cached_hit_tokens": sum(r["cached"] for r in cached["rows"]),
+        "vllm_cached_preemptions": cached["preemptions"],
+        "vllm_cached_token_equal": sum(a["tokens"] == b["tokens"] for a, b in zip(
+            sorted(cached["rows"], key=lambda r: (r["user"], r["turn"])),
+            sorted(stock["rows"], key=lambda r: (r["user"], r["turn"])), strict=True)),
         "evictions": stats.get("evictions", 0), "evicted_blocks": stats.get("evicted_blocks", 0),
         "block_copies": stats.get("copies", 0),
         "preemptions": hkv["preemptions"], "stock_preemptions": stock["preemptions"],
@@ -45,5 +52,6 @@ def compare(hkv: dict[str, Any], stock: dict[str, Any]) -> dict[str, Any]:
                            "preemptions": report["preemptions"] > 0}
     if hkv["workload"].get("fine_hits"):
         report["exercised"]["partial-block copies"] = report["block_copies"] > 0
+    report["hits_at_least_vllms"] = report["hit_tokens"] >= report["vllm_cached_hit_tokens"]
     report["ok"] = not report["mismatches"]
     return report

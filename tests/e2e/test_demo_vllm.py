@@ -49,10 +49,13 @@ def run_of(tokens: list[list[int]], logprobs: list[list[float]], cached: list[in
 
 def test_compare_reports_token_differences_and_the_largest_logprob_difference() -> None:
     hkv = run_of([[7, 8], [9, 9]], [[-0.5, -0.25], [-1.0, -1.0]], [32, 0])
-    same = compare(hkv, run_of([[7, 8], [9, 9]], [[-0.5, -0.25], [-1.0, -1.0]], [0, 0]))
+    vllm_cached = run_of([[7, 8], [9, 6]], [[-0.5, -0.25], [-1.0, -1.0]], [16, 0])
+    same = compare(hkv, run_of([[7, 8], [9, 9]], [[-0.5, -0.25], [-1.0, -1.0]], [0, 0]), vllm_cached)
     assert same["ok"] and same["bit_equal_logprobs"] == 2 and same["max_logprob_diff"] == 0.0
     assert same["hit_tokens"] == 32 and same["exercised"] == {"hits": True, "evictions": True, "preemptions": True}
-    off = compare(hkv, run_of([[7, 8], [9, 6]], [[-0.5, -0.125], [-1.0, -1.0]], [0, 0]))
+    assert same["vllm_cached_hit_tokens"] == 16 and same["hits_at_least_vllms"]
+    assert same["vllm_cached_token_equal"] == 1  # stock vLLM's own caching answered user 1 differently
+    off = compare(hkv, run_of([[7, 8], [9, 6]], [[-0.5, -0.125], [-1.0, -1.0]], [0, 0]), vllm_cached)
     assert not off["ok"] and off["mismatches"] == [(1, 0)] and off["token_equal"] == 1
     assert off["max_logprob_diff"] == off["max_logprob_diff_with_hit"] == 0.125 and off["bit_equal_logprobs"] == 0
 
@@ -62,4 +65,14 @@ def test_sliding_window_is_an_option_of_the_vllm_engine_only(tmp_path: Path) -> 
                            "32"], capture_output=True, text=True)
     assert done.returncode == 2 and "--sliding-window is an option of --engine vllm" in done.stderr
     missing = demo(tmp_path, "--sliding-window", "32")  # accepted with --engine vllm: fails only for the venv
+    assert missing.returncode == 2 and "VllmEnvMissing" in missing.stderr
+
+
+def test_tiny_qwen3_next_is_a_model_of_the_vllm_engine_only(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "hkv_cli.main", "demo", "--out", str(tmp_path), "--model",
+                           "tiny-qwen3-next"], capture_output=True, text=True)
+    assert done.returncode == 2 and "--model tiny-qwen3-next is a model of --engine vllm" in done.stderr
+    mixed = demo(tmp_path, "--model", "tiny-qwen3-next", "--sliding-window", "32")
+    assert mixed.returncode == 2 and "without --sliding-window" in mixed.stderr
+    missing = demo(tmp_path, "--model", "tiny-qwen3-next")  # accepted with --engine vllm: fails only for the venv
     assert missing.returncode == 2 and "VllmEnvMissing" in missing.stderr

@@ -107,3 +107,52 @@ def test_e2e_fine_hits_copy_partial_blocks_on_vllms_worker(tmp_path: Path, fault
         assert report["max_logprob_diff"] == 0.0
     else:
         assert done.returncode == 1 and not report["ok"] and report["mismatches"]
+
+
+def test_tiny_qwen3_next_is_deterministic_and_a_linear_full_hybrid(tmp_path: Path) -> None:
+    from transformers import AutoConfig
+
+    from hkv_vllm.tiny_qwen3_next import write_tiny_qwen3_next
+
+    a, b = write_tiny_qwen3_next(tmp_path / "a", seed=3), write_tiny_qwen3_next(tmp_path / "b", seed=3)
+    assert (a / "model.safetensors").read_bytes() == (b / "model.safetensors").read_bytes()
+    config = AutoConfig.from_pretrained(a, local_files_only=True)
+    assert config.layer_types == ["linear_attention", "full_attention"] and config.mlp_only_layers == [0]
+    from safetensors import safe_open
+
+    with safe_open(str(a / "model.safetensors"), "pt") as f:
+        names = set(f.keys())
+    assert "model.layers.1.mlp.experts.1.down_proj.weight" in names  # one tensor per expert, as vLLM loads them
+    assert not any(n.endswith("gate_up_proj") for n in names)
+
+
+def test_a_branching_turn_rewrites_the_previous_message() -> None:
+    from hkv_vllm.e2e_workload import Workload, next_prompts
+
+    w = Workload.qwen3_next(quick=True)
+    prompts = next_prompts(w, 0, [], [])
+    answers = [[5] * w.answer_tokens for _ in prompts]
+    for turn in range(1, w.turns):
+        prompts, last = next_prompts(w, turn, prompts, answers), prompts
+    base = len(last[0]) - w.message_tokens
+    assert prompts[1][:base] == last[1][:base] and prompts[1][base:] != last[1][base:]  # user 1 branched
+    assert prompts[0][:len(last[0])] == last[0]  # user 0 went on
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not E2E, reason=E2E_REASON)
+@pytest.mark.parametrize("fault", [None, "no-state-copy"], ids=["state-copied", "state-copy-skipped"])
+def test_e2e_tiny_qwen3_next_equals_stock_vllm_and_a_skipped_state_copy_is_caught(tmp_path: Path,
+                                                                                   fault: str | None) -> None:
+    """A Gated DeltaNet / full-attention hybrid (vLLM's Mamba and full-attention groups): hkv's greedy tokens and
+    logprobs equal stock vLLM's computing every token in the same chunks; with vLLM's worker skipping the copy of
+    the state a hit resumes from (`--fault no-state-copy`), they do not."""
+    done = e2e(tmp_path, "--model", "tiny-qwen3-next", *(["--fault", fault] if fault else []))
+    report = json.loads(done.stdout)
+    assert report["kv_cache_groups"] == ["MambaSpec", "FullAttentionSpec"] and report["dtype"] == "bfloat16"
+    assert report["hit_tokens"] > 0 and report["exercised"]["evictions"], report
+    if fault is None:
+        assert done.returncode == 0 and report["ok"] and report["token_equal"] == report["requests"] == 9
+        assert report["max_logprob_diff"] == 0.0 and report["vllm_cached_token_equal"] == 9
+    else:
+        assert done.returncode == 1 and not report["ok"] and len(report["mismatches"]) >= 3
