@@ -129,3 +129,34 @@ def test_broken_variant_a_point_at_a_boundary_a_step_crossed_reads_a_stale_state
     monkeypatch.setattr(state.StateRole, "points_ready", aligned_own_columns)
     wrong = sum(_workload(_manager(), seed)[0].wrong_reads for seed in range(6))
     assert wrong > 0
+
+
+def _prompt_end_survives_pressure() -> bool:
+    """A released request's chain and a running request's prompt end: eviction needs one unit; is the running
+    request's prompt-end state (where its next turn resumes) still cached after?"""
+    m, worker = _manager(pages=16), Worker()
+    _serve(m, worker, list(range(500, 540)), [T, T, 8])  # released: points at 16 and 32
+    running = list(range(1, 65))
+    rid = m.add_request(running)
+    m.allocate_ahead(rid, 64)
+    m.commit(rid, 64)  # the prompt's end, 64: a point
+    for end in (80, 96):  # decoding, a block a commit: points at 80 and 96
+        m.append_tokens(rid, list(range(end, end + T)))
+        m.allocate_ahead(rid, T)
+        m.commit(rid, T)
+    other = m.add_request(list(range(700, 760)))
+    m.allocate_ahead(other, 60)  # needs more pages than are free: eviction
+    assert check_invariants(m) == []
+    return m.match(m.add_request(running + [9])).tokens == 64
+
+
+def test_a_running_requests_prompt_end_goes_after_released_chains() -> None:
+    assert _prompt_end_survives_pressure()
+
+
+def test_broken_variant_running_anchors_first_drops_the_prompt_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a window's order (a running request's passed anchors first) the state its next turn needs goes."""
+    from hkv_core.manager import evict
+
+    monkeypatch.setattr(evict, "STATE_PASSES", evict.PASSES)
+    assert not _prompt_end_survives_pressure()
