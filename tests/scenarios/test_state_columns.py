@@ -160,3 +160,29 @@ def test_broken_variant_running_anchors_first_drops_the_prompt_end(monkeypatch: 
 
     monkeypatch.setattr(evict, "STATE_PASSES", evict.PASSES)
     assert not _prompt_end_survives_pressure()
+
+
+def test_broken_variant_a_step_computing_in_a_kept_state_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`snapshots_unshared` for state columns: the column a request's next tokens write is never a resume
+    point's state.  Broken: the next block's column reuses the page of the point just kept (no new page)."""
+    from hkv_core.manager.roles.base import NO_DEMAND
+
+    m = _manager()
+    rid = m.add_request(list(range(1, 60)))
+    m.allocate_ahead(rid, 32)
+    m.commit(rid, 32)  # a point at 32: column 1's page
+    assert check_invariants(m) == []
+
+    def reuse(self: state.StateRole, req: object, start: int, end: int, boundaries: list[int]) -> list[object]:
+        return [NO_DEMAND for _ in self.pools]
+
+    def alias(self: state.StateRole, req: object, start: int, end: int, boundaries: list[int], got: list[object],
+              out: object) -> None:
+        for pool in self.pools:
+            table = req.tables[pool.index]  # type: ignore[attr-defined]
+            table.extend(table.view()[-1:], table.page_view()[-1:])
+
+    monkeypatch.setattr(state.StateRole, "demands", reuse)
+    monkeypatch.setattr(state.StateRole, "place", alias)
+    m.allocate_ahead(rid, 16)
+    assert any("a resume point's snapshot" in v for v in check_invariants(m))
