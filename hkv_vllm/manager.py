@@ -90,6 +90,8 @@ class HkvKVCacheManager:
         self.groups = self.vllm_layout.groups
         self.windowed = tuple(g for g in self.groups if g.sliding)  # blocks hkv releases while the request runs
         self.stateful = any(g.state for g in self.groups)  # Mamba groups: a commit must end where a step ended
+        self.state_groups = tuple(g for g in self.groups if g.state)
+        self.state_offers: dict[str, list[tuple[int, int, int]]] = {}  # a connector's state hand-offs, not drained
         if self.stateful and (use_eagle or num_prefill_lookahead):
             raise UnsupportedVllmConfig(feature="mamba_speculative_blocks", detail="EAGLE or prefill lookahead with "
                                         "a Mamba group (hkv serves its state columns without speculative blocks)")
@@ -243,7 +245,10 @@ class HkvKVCacheManager:
             self.stateful and written > entry.committed and entry.committed % size == 0)
 
     def _in_flight(self, request: Any, computed: int, num_new_tokens: int) -> None:
-        """The step computes the request's tokens from `computed` on: its prompt blocks among them are in flight."""
+        """The step computes the request's tokens from `computed` on: its prompt blocks among them are in flight;
+        a step that ends on a state block's boundary leaves the state there (`take_boundary_state_offloads`)."""
+        if self.state_groups and self.enable_caching:
+            self._offer_states(request.request_id, computed + num_new_tokens)
         if self.wait_for_shared_prefills and computed < request.num_prompt_tokens:
             self.prefills_in_flight.record(request.block_hashes, computed, computed + num_new_tokens,
                                            request.num_prompt_tokens)
@@ -467,7 +472,23 @@ class HkvKVCacheManager:
         return self.copies.take()
 
     def take_boundary_state_offloads(self) -> dict[str, list[tuple[int, int, int]]]:
-        return {}
+        """{request id: [(Mamba group, block id, tokens), ...]}: the state blocks steps scheduled since the last call
+        leave at a block boundary (the state after `tokens` once the step ran), for a KV connector to save, as
+        vLLM's manager offers the blocks it caches; none of a request freed since."""
+        found, self.state_offers = self.state_offers, {}
+        return found
+
+    def _offer_states(self, req_id: str, end: int) -> None:
+        """The step ends at `end`: on a boundary of the state groups' blocks, each group's block of that column."""
+        entry = self.entries.get(req_id)
+        if entry is None or not end:
+            return
+        for group in self.state_groups:
+            column = end // group.block_size - 1
+            if end % group.block_size == 0 and column < len(entry.blocks[group.group_id]):
+                block = entry.blocks[group.group_id][column]
+                if not block.is_null:
+                    self.state_offers.setdefault(req_id, []).append((group.group_id, block.block_id, end))
 
     def finalize_partial_tail_offloads(self, request: Any) -> list[tuple[int, int, int]]:
         return []
@@ -560,6 +581,7 @@ class HkvKVCacheManager:
     def _forget(self, entry: Entry) -> None:
         self._release(entry)
         del self.entries[entry.req_id]
+        self.state_offers.pop(entry.req_id, None)
 
     def _release(self, entry: Entry) -> None:
         if self.fine_hits:

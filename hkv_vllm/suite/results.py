@@ -47,8 +47,6 @@ BLOCK_HASHES = ("vLLM's block hashes: reads a block's block_hash, vLLM's hash of
 RETENTION = "a vLLM option the adapter ignores (retention_interval)"
 EMPTY_PROMPT = ("an empty prompt: the test allocates slots for a request of no tokens, which vLLM's front end "
                 "refuses (hkv holds no request without a token: allocate_slots answers None)")
-STATE_OFFLOADS = ("a connector's Mamba state hand-offs (take_boundary_state_offloads): not served yet, hkv offers "
-                  "none")
 COORDINATOR_CLASS = "reads vLLM internals"  # asserts the class of vLLM's own coordinator
 KNOWN_DIFFERENCES = {  # test (without parameters) -> the reason it fails with hkv, read from the test
     "test_kv_cache_events": VISIBILITY,
@@ -86,9 +84,6 @@ KNOWN_DIFFERENCES = {  # test (without parameters) -> the reason it fails with h
     # Mamba groups: a hit on a block allocated but never reported computed; vLLM's coordinator's class
     "test_hybrid_cache_mamba_align_shared_prefix_detection": VISIBILITY,
     "test_mamba_shared_prefix_reuse_under_zero_retention": VISIBILITY,
-    "test_mamba_boundary_handoffs_do_not_pin_obsolete_blocks": STATE_OFFLOADS,
-    "test_boundary_state_offer_includes_more_mamba_groups_than_two": STATE_OFFLOADS,  # offers == []
-    "test_boundary_states_offered_past_prompt_for_resumed_prefill": STATE_OFFLOADS,
     "test_hybrid_per_group_hit_divergence_with_connector": COORDINATOR_CLASS,  # isinstance HybridKVCacheCoordinator
     "test_hybrid_fa_deeper_hit_respects_connector_lookup_policy": COORDINATOR_CLASS,
 }
