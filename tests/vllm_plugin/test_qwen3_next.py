@@ -26,19 +26,12 @@ def layout():
     return kv_cache_config("qwen3_next_80b", memory_bytes=8 * GiB)
 
 
-def chats(hash_block, turns=3, users=4, system=2200, new=1200):
-    """Each user's turns extend their previous prompt by `new` tokens after a shared system prompt (sized for
-    1,056-token blocks: the system prompt ends inside the third)."""
-    from hkv_vllm.drive import make_request
+def chats(hash_block):
+    """The V4 chats (`test_deepseek_v4.chats`) sized for 1,056-token blocks: the 2,200-token system prompt ends
+    inside the third, each turn adds 1,200 tokens."""
+    from tests.vllm_plugin.test_deepseek_v4 import chats as v4_chats
 
-    arrivals: dict[int, list] = {}
-    for user in range(users):
-        prompt = list(range(1000, 1000 + system))
-        for turn in range(turns):
-            prompt = prompt + [5000 + 1000 * user + 100 * turn + i for i in range(new)]
-            arrivals.setdefault(8 * turn + 2 * user, []).append(
-                make_request(f"u{user}t{turn}", list(prompt), max_tokens=6, block_size=hash_block))
-    return arrivals
+    return v4_chats(hash_block, system=2200, new=1200)
 
 
 def drive(kind, num_blocks, lay=None, mamba_groups=0, arrivals=None):

@@ -25,7 +25,7 @@ from hkv_core.layout import Layout
 from hkv_core.manager.config import ManagerConfig
 from hkv_core.manager.index import PrefixIndex
 from hkv_core.manager.index.blocks import Attach
-from hkv_core.manager.page_pools import PagePools, PoolSlots
+from hkv_core.manager.page_pools import NULL_OBJECT, PagePools, PoolSlots
 from hkv_core.manager.requests import DraftState, RequestState, RequestTable
 from hkv_core.plan import CopyPages
 from hkv_core.spec.names import Event
@@ -209,6 +209,21 @@ class Role:
         """Which of `objs` the request owns (RESERVED or READY, not yet published)."""
         mine: Bools = self.objects.owner[objs] == req.slot
         return mine
+
+    def release_below(self, req: RequestState, pool: PoolSlots, top: int, moves: Moves) -> None:
+        """Give back the request's table entries of `pool` from its floor up to `top` (ABORT what it owns, UNPIN
+        what it pinned), NULL them and raise the floor (a window's or state columns' slide)."""
+        table, floor = req.tables[pool.index], req.window_floor[pool.index]
+        top = min(top, len(table))
+        if top <= floor:
+            return
+        gone = table[floor:top].astype(np.intp)
+        gone = gone[gone != NULL_OBJECT]
+        mine = self.owned(req, gone)
+        moves.add(Event.ABORT, gone[mine])
+        moves.add(Event.UNPIN, gone[~mine])
+        table.clear(floor, top)
+        req.window_floor[pool.index] = top
 
     def give_back(self, req: RequestState, objs: NDArray[np.integer], moves: Moves) -> None:
         """Abort the objects of `objs` (distinct apart from NULL entries) the request still owns."""

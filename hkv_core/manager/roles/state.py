@@ -106,17 +106,7 @@ class StateRole(TailRole):
     def slide(self, req: RequestState, pending: list[int], moves: Moves) -> None:
         """Give back the columns before the one holding the state at the request's position."""
         for pool in self.pools:
-            table, floor = req.tables[pool.index], req.window_floor[pool.index]
-            top = min(max(0, req.computed - 1) // pool.spec.tokens_per_page, len(table))
-            if top <= floor:
-                continue
-            gone = table[floor:top].astype(np.intp)
-            gone = gone[gone != NULL_OBJECT]
-            mine = self.owned(req, gone)
-            moves.add(Event.ABORT, gone[mine])
-            moves.add(Event.UNPIN, gone[~mine])
-            table.clear(floor, top)
-            req.window_floor[pool.index] = top
+            self.release_below(req, pool, max(0, req.computed - 1) // pool.spec.tokens_per_page, moves)
 
     def finish(self, req: RequestState, moves: Moves) -> None:
         for pool in self.pools:

@@ -144,17 +144,7 @@ class WindowRole(Role):
         """Give back window pages below what the position and every pending point need."""
         for i, pool in enumerate(self.pools):
             keep_from = self.first_page(i, min(req.computed, pending[0]) if pending else req.computed)  # monotone
-            table, floor = req.tables[pool.index], req.window_floor[pool.index]
-            top = min(keep_from, len(table))
-            if top <= floor:
-                continue
-            gone = table[floor:top].astype(np.intp)
-            gone = gone[gone != NULL_OBJECT]
-            mine = self.owned(req, gone)
-            moves.add(Event.ABORT, gone[mine])
-            moves.add(Event.UNPIN, gone[~mine])
-            table.clear(floor, top)
-            req.window_floor[pool.index] = top
+            self.release_below(req, pool, keep_from, moves)
 
     def finish(self, req: RequestState, moves: Moves) -> None:
         for pool in self.pools:
