@@ -35,14 +35,17 @@ def build_scheduler(scheduler_cls: type, *, num_blocks: int, block_size: int = 1
                     max_num_batched_tokens: int = 8192, max_model_len: int = 2048,
                     enable_prefix_caching: bool = True, windows: tuple[int, ...] = (0,),
                     block_sizes: tuple[int, ...] | None = None, additional_config: dict[str, Any] | None = None,
-                    model_layout: Any = None, policy: str = "fcfs", mamba_groups: int = 0) -> Any:
+                    model_layout: Any = None, policy: str = "fcfs", mamba_groups: int = 0,
+                    mamba_checkpoints: int = 0) -> Any:
     """A vLLM scheduler of class `scheduler_cls` over `num_blocks` blocks and one KV cache group per entry of
     `windows`: 0 a full-attention group, else a sliding-window group of that many tokens.  `block_sizes` gives
     each group its own block size (default `block_size` for all); vLLM then schedules in blocks of their LCM
     and hashes in blocks of `block_size`, which must divide them all.  `additional_config` is vLLM's plugin
     configuration (hkv's options under "hkv": `hkv_vllm.scheduler`); `policy` vLLM's scheduling policy ("fcfs"
     or "priority").  `mamba_groups` appends that many Mamba state groups (vLLM's `MambaSpec` in align mode, the
-    first group's block size: a linear-attention hybrid such as Qwen3-Next).  `model_layout` (an
+    first group's block size: a linear-attention hybrid such as Qwen3-Next); `mamba_checkpoints` gives every
+    Mamba group (also a model layout's) in-kernel prefill checkpoints of that alignment, as vLLM's Mamba2 and
+    KDA layers declare them (`num_prefill_checkpoint_blocks=1`).  `model_layout` (an
     `hkv_vllm.model_layouts.ModelLayout`: the KV cache groups vLLM plans for a real model, DeepSeek-V4) replaces
     `windows` and the block sizes: its groups over `num_blocks` blocks, its scheduler and hash block sizes."""
     import torch
@@ -75,6 +78,10 @@ def build_scheduler(scheduler_cls: type, *, num_blocks: int, block_size: int = 1
     register_all_kvcache_specs(config)
     if model_layout is not None:
         kv = dataclasses.replace(model_layout.kv_cache_config, num_blocks=num_blocks)
+        if mamba_checkpoints:
+            kv = dataclasses.replace(kv, kv_cache_groups=[
+                dataclasses.replace(g, kv_cache_spec=_checkpointed(g.kv_cache_spec, mamba_checkpoints))
+                for g in kv.kv_cache_groups])
         return scheduler_cls(vllm_config=config, kv_cache_config=kv, block_size=model_layout.scheduler_block_size,
                              hash_block_size=model_layout.hash_block_size, log_stats=True,
                              structured_output_manager=StructuredOutputManager(config))
@@ -82,13 +89,21 @@ def build_scheduler(scheduler_cls: type, *, num_blocks: int, block_size: int = 1
     shape = dict(num_kv_heads=1, head_size=1, dtype=torch.float32)
     specs = [SlidingWindowSpec(**shape, block_size=b, sliding_window=w) if w
              else FullAttentionSpec(**shape, block_size=b) for w, b in zip(windows, sizes, strict=True)]
-    specs += [MambaSpec(block_size=sizes[0], shapes=((1,),), dtypes=(torch.float32,),
-                        mamba_cache_mode=cache.mamba_cache_mode) for _ in range(mamba_groups)]
+    specs += [_checkpointed(MambaSpec(block_size=sizes[0], shapes=((1,),), dtypes=(torch.float32,),
+                                      mamba_cache_mode=cache.mamba_cache_mode), mamba_checkpoints)
+              for _ in range(mamba_groups)]
     kv = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
                        kv_cache_groups=[KVCacheGroupSpec([f"layer{i}"], s) for i, s in enumerate(specs)])
     return scheduler_cls(vllm_config=config, kv_cache_config=kv, block_size=math.lcm(*sizes),
                          hash_block_size=block_size, log_stats=True,
                          structured_output_manager=StructuredOutputManager(config))
+
+
+def _checkpointed(spec: Any, alignment: int) -> Any:
+    """A Mamba group's spec with in-kernel prefill checkpoints of `alignment` tokens (0: the spec as it is)."""
+    if not alignment or type(spec).__name__ != "MambaSpec":
+        return spec
+    return dataclasses.replace(spec, num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=alignment)
 
 
 def make_request(req_id: str, prompt: list[int], *, max_tokens: int, block_size: int = 16,

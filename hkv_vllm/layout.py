@@ -25,9 +25,9 @@ bounded replay: DeepSeek-V4's window and compressor-state groups), chunked
 local attention (as a window of its chunk size), of any block sizes, KV
 shapes and dtypes (an fp8 cache's bytes as `fp8`), and Mamba / Gated DeltaNet
 state groups (`MambaSpec`) as hkv state columns (one page per block column,
-a resume point where a step ended on a block boundary:
-`hkv_core/manager/roles/state.py`, docs/vllm_mamba.md), without speculative
-state blocks or in-kernel prefill checkpoints.  Any other spec (HiSparse,
+a resume point where a step ended on a block boundary or where the kernel
+exported a prefill checkpoint: `hkv_core/manager/roles/state.py`,
+docs/vllm_mamba.md), without speculative state blocks.  Any other spec (HiSparse,
 cross attention) raises UnsupportedVllmConfig naming the group.
 """
 
@@ -61,6 +61,7 @@ class GroupPool:
     window: int  # the group's sliding window in tokens (0: full attention)
     ring: bool = False  # a CircularBufferSpec ring: one block per request for its life (hkv's scratch role)
     state: bool = False  # a MambaSpec group: one block per column, the state at a step's end (hkv's state role)
+    checkpoint_alignment: int = 0  # a MambaSpec group whose kernel exports in-kernel prefill checkpoints (0: none)
 
     @property
     def sliding(self) -> bool:
@@ -136,7 +137,10 @@ def layout_from_kv_cache_config(kv_cache_config: Any, *, hash_block_size: int | 
     except ConfigError as exc:  # a geometry hkv's pools cannot hold (what vLLM's names say is checked above)
         raise UnsupportedVllmConfig(feature=f"kv_cache_{exc.key}", detail=str(exc)) from exc
     groups = tuple(GroupPool(group_id=i, pool=pools[i], block_size=spec.block_size, window=windows[i],
-                             ring=rings[i], state=states[i]) for i, spec in enumerate(specs))
+                             ring=rings[i], state=states[i],
+                             checkpoint_alignment=_checkpoints(spec) if states[i] else 0)
+                   for i, spec in enumerate(specs))
+    _check_checkpoints([g for g in groups if g.state])
     return VllmLayout(layout=layout, groups=groups, num_blocks=kv_cache_config.num_blocks, block_tokens=block)
 
 
@@ -168,15 +172,13 @@ def _engine_group(group_id: int, spec: Any, window: int, block: int, ring: bool,
 
 def _state_group(group_id: int, spec: Any, block: int) -> EngineGroup:
     """A MambaSpec group as hkv state columns, its page of the group's bytes (UnsupportedVllmConfig for what hkv does
-    not serve yet: speculative state blocks, in-kernel prefill checkpoints, a state block of several hash blocks,
-    where vLLM resumes inside a state block from a copy of it)."""
+    not serve yet: speculative state blocks, a state block of several hash blocks, where vLLM resumes inside a
+    state block from a copy of it)."""
     where = f"kv_cache_groups[{group_id}]"
-    refused = (("mamba_speculative_blocks", "speculative decoding over a Mamba group", spec.num_speculative_blocks),
-               ("mamba_prefill_checkpoints", "in-kernel prefill checkpoints (Mamba2 / KDA)",
-                spec.num_prefill_checkpoint_blocks))
-    for feature, what, count in refused:
-        if count:
-            raise UnsupportedVllmConfig(feature=feature, detail=f"{where}: {what}, {count} block(s) per request")
+    if spec.num_speculative_blocks:
+        raise UnsupportedVllmConfig(feature="mamba_speculative_blocks",
+                                    detail=f"{where}: speculative decoding over a Mamba group, "
+                                           f"{spec.num_speculative_blocks} block(s) per request")
     if spec.block_size != block:  # vLLM then hits inside a state block (`partial_hash_hits_enabled`)
         raise UnsupportedVllmConfig(feature="mamba_sub_block_hits",
                                     detail=f"{where}: a Mamba group of {spec.block_size}-token blocks with "
@@ -188,6 +190,23 @@ def _state_group(group_id: int, spec: Any, block: int) -> EngineGroup:
     per_token = max(1, -(-page_bytes // (spec.block_size * 2 * 4)))  # fp32 pairs per token covering the page
     return EngineGroup(window_tokens=0, tokens_per_page=spec.block_size, kv_dtype="fp32", num_kv_heads=1,
                        head_dim=per_token, state=True)
+
+
+def _checkpoints(spec: Any) -> int:
+    """The alignment of a Mamba group's in-kernel prefill checkpoints (Mamba2, KDA: vLLM's
+    `num_prefill_checkpoint_blocks`, `prefill_checkpoint_alignment`); 0 where its kernel exports none."""
+    alignment = getattr(spec, "prefill_checkpoint_alignment", None)
+    return int(alignment) if getattr(spec, "num_prefill_checkpoint_blocks", 0) and alignment else 0
+
+
+def _check_checkpoints(states: list[GroupPool]) -> None:
+    """The Mamba groups agree on their blocks and checkpoints: a step's checkpoint is one column of them all
+    (vLLM's scheduler, too, splits chunks for all of them alike)."""
+    if len({(g.block_size, g.checkpoint_alignment) for g in states}) > 1:
+        found = ", ".join(f"kv_cache_groups[{g.group_id}]: {g.block_size}-token blocks, checkpoints "
+                          f"{g.checkpoint_alignment or 'none'}" for g in states)
+        raise UnsupportedVllmConfig(feature="mamba_mixed_checkpoints",
+                                    detail=f"Mamba groups with different blocks or prefill checkpoints ({found})")
 
 
 def _window(group_id: int, spec: Any) -> int:

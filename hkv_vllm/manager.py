@@ -41,6 +41,7 @@ from typing import Any
 from hkv_core.block_keys import TOKEN_ID_LIMIT
 from hkv_core.errors import InvalidArgument, InvalidRequestState, InvalidTokens, OutOfPages, StaleLease
 from hkv_core.manager import CacheManager, Hit, ManagerConfig
+from hkv_vllm.checkpoints import Checkpoints
 from hkv_vllm.copies import FINE_HIT_TOKENS, BlockCopies
 from hkv_vllm.errors import UnsupportedVllmConfig
 from hkv_vllm.events import vllm_events
@@ -92,6 +93,8 @@ class HkvKVCacheManager:
         self.stateful = any(g.state for g in self.groups)  # Mamba groups: a commit must end where a step ended
         self.state_groups = tuple(g for g in self.groups if g.state)
         self.state_offers: dict[str, list[tuple[int, int, int]]] = {}  # a connector's state hand-offs, not drained
+        self.checkpoints = Checkpoints(self.state_groups, block, scheduler_block_size,
+                                       kv_cache_config.prefix_cache_retention_interval == 0)
         if self.stateful and (use_eagle or num_prefill_lookahead):
             raise UnsupportedVllmConfig(feature="mamba_speculative_blocks", detail="EAGLE or prefill lookahead with "
                                         "a Mamba group (hkv serves its state columns without speculative blocks)")
@@ -220,12 +223,14 @@ class HkvKVCacheManager:
         if full_sequence_must_fit and not self._fits(self._blocks_needed(entry, full, hit_ids, admission=True),
                                                      watermark, 0):
             return None  # the whole sequence would not fit (reservations constrain only this allocation)
-        if not self._fits(self._blocks_needed(entry, target, hit_ids), watermark, reserved_blocks):
+        checkpoint = self.checkpoints.at(request, entry.blocks, computed, computed + num_new_tokens)
+        if not self._fits(self._blocks_needed(entry, target, hit_ids, checkpoint=checkpoint), watermark,
+                          reserved_blocks):
             return None
         # whole pages, as vLLM allocates whole blocks: hkv's allocation runs to the end of the last block, past
         # the known tokens where it must (slots reserved ahead: drafts, lookahead, async scheduling's next token)
         end = min(-(-target // size) * size, self.hkv.config.max_request_tokens)
-        blocks = self._allocate(entry, end, hit_ids, num_new_computed_tokens, skip_zeroing_group_ids)
+        blocks = self._allocate(entry, end, hit_ids, num_new_computed_tokens, skip_zeroing_group_ids, checkpoint)
         if blocks is not None and (delay_cache_blocks or num_external_computed_tokens):
             # a connector's load: vLLM counts its tokens computed now.  An async one is written when vLLM reports
             # it (`cache_blocks`); a sync one once the step that loads it is reported written (under async
@@ -248,7 +253,7 @@ class HkvKVCacheManager:
         """The step computes the request's tokens from `computed` on: its prompt blocks among them are in flight;
         a step that ends on a state block's boundary leaves the state there (`take_boundary_state_offloads`)."""
         if self.state_groups and self.enable_caching:
-            self._offer_states(request.request_id, computed + num_new_tokens)
+            self._offer_states(request.request_id, computed, computed + num_new_tokens)
         if self.wait_for_shared_prefills and computed < request.num_prompt_tokens:
             self.prefills_in_flight.record(request.block_hashes, computed, computed + num_new_tokens,
                                            request.num_prompt_tokens)
@@ -261,7 +266,9 @@ class HkvKVCacheManager:
         return all(g.blocks_for(tokens) <= len(entry.blocks[g.group_id]) for g in self.groups)
 
     def _allocate(self, entry: Entry, target: int, hit_ids: list[list[int]], hit_tokens: int,
-                  skip_zeroing: tuple[int, ...] = ()) -> Any:
+                  skip_zeroing: tuple[int, ...] = (), checkpoint: int = 0) -> Any:
+        """Pages to `target` as vLLM blocks (None: nothing changed); a prefill checkpoint (`checkpoints.py`) splits
+        the allocation there, so the state groups take its column too."""
         acquiring = not entry.acquired
         if acquiring and hit_tokens:
             assert entry.hit is not None
@@ -276,16 +283,21 @@ class HkvKVCacheManager:
         _, allocated, _ = self.hkv.request_tokens(entry.rid)
         if target <= allocated:
             return self.empty_kv_cache_blocks
-        try:
-            alloc = self.hkv.allocate_ahead(entry.rid, target - allocated)
-        except OutOfPages:
-            if acquiring:
-                self._forget(entry)
-            return None
-        copied = self.copies.apply(entry, alloc)  # a fine hit's partial last block: copied on write
-        new = []
+        parts = [checkpoint - allocated, target - checkpoint] if allocated < checkpoint else [target - allocated]
+        allocs = []
+        for count in parts:
+            try:
+                allocs.append(self.hkv.allocate_ahead(entry.rid, count))
+            except OutOfPages:  # (after a first part: its pages are in hkv's table, vLLM gets them next time)
+                if acquiring and not allocs:
+                    self._forget(entry)
+                return None
+        if checkpoint > allocated:
+            entry.exports.append(checkpoint)
+        copied = [pair for alloc in allocs for pair in self.copies.apply(entry, alloc)]  # a fine hit's partial
+        new = []  # last block: copied on write
         for group in self.groups:
-            table = alloc.block_tables[group.pool][len(entry.blocks[group.group_id]):]
+            table = allocs[-1].block_tables[group.pool][len(entry.blocks[group.group_id]):]
             new.append(self.blocks.take(entry, group.group_id, group.block_ids(table)))
         self._to_zero([(g, b.block_id) for g, blocks in enumerate(new) for b in blocks] + copied, skip_zeroing)
         self._drop_out_of_window(entry)
@@ -318,14 +330,16 @@ class HkvKVCacheManager:
         return self._hit_ids(entry.hit)
 
     def _blocks_needed(self, entry: Entry, tokens: int, hit_ids: list[list[int]],
-                       admission: bool = False) -> list[int]:
+                       admission: bool = False, checkpoint: int = 0) -> list[int]:
         """Per group, the free blocks an allocation to `tokens` takes: new pages, and hit blocks no live request
-        holds.  `admission` (the whole sequence must fit): a window group needs at most vLLM's admission cap, as
-        its blocks are given back while the sequence is computed (`max_admission_blocks_per_request`)."""
+        holds (and a prefill checkpoint's column per state group).  `admission` (the whole sequence must fit): a
+        window group needs at most vLLM's admission cap, as its blocks are given back while the sequence is
+        computed (`max_admission_blocks_per_request`)."""
         partial = entry.hit.tokens if entry.hit is not None and any(hit_ids) else 0  # a fine hit's last block: copied
         caps = self._admission_caps if admission else self._no_caps
         return [g.new_blocks(tokens, len(entry.blocks[g.group_id]) + len(ids), cap)
                 + sum(1 for i in ids if i and self.blocks.by_id[i].ref_cnt == 0) + int(partial % g.block_size > 0)
+                + int(bool(checkpoint) and g.state)
                 for g, ids, cap in zip(self.groups, hit_ids, caps, strict=True)]
 
     def _fits(self, needed: list[int], watermark: int, reserved: int) -> bool:
@@ -478,17 +492,19 @@ class HkvKVCacheManager:
         found, self.state_offers = self.state_offers, {}
         return found
 
-    def _offer_states(self, req_id: str, end: int) -> None:
-        """The step ends at `end`: on a boundary of the state groups' blocks, each group's block of that column."""
+    def _offer_states(self, req_id: str, start: int, end: int) -> None:
+        """The step computes [start, end): where it leaves a state on a boundary of the state groups' blocks (its
+        end, its prefill checkpoint), each group's block of that column."""
         entry = self.entries.get(req_id)
         if entry is None or not end:
             return
-        for group in self.state_groups:
-            column = end // group.block_size - 1
-            if end % group.block_size == 0 and column < len(entry.blocks[group.group_id]):
-                block = entry.blocks[group.group_id][column]
-                if not block.is_null:
-                    self.state_offers.setdefault(req_id, []).append((group.group_id, block.block_id, end))
+        for position in [x for x in entry.exports if start < x < end] + [end]:
+            for group in self.state_groups:
+                column = position // group.block_size - 1
+                if position % group.block_size == 0 and column < len(entry.blocks[group.group_id]):
+                    block = entry.blocks[group.group_id][column]
+                    if not block.is_null:
+                        self.state_offers.setdefault(req_id, []).append((group.group_id, block.block_id, position))
 
     def finalize_partial_tail_offloads(self, request: Any) -> list[tuple[int, int, int]]:
         return []
@@ -553,8 +569,11 @@ class HkvKVCacheManager:
         if upto > computed:
             if self.fine_hits:  # tokens past the hit written: the step that copied its partial block ran
                 self.copies.settle(entry.rid)
-            self.hkv.commit(entry.rid, upto - computed)
+            for end in [x for x in entry.exports if computed < x < upto] + [upto]:  # a step's prefill checkpoint:
+                self.hkv.commit(entry.rid, end - computed)  # committed as where a step ended (`checkpoints.py`)
+                computed = end
             self._drop_out_of_window(entry)
+        entry.exports = [x for x in entry.exports if x > upto]
         entry.committed = max(computed, upto)
 
     def _drop_out_of_window(self, entry: Entry) -> None:

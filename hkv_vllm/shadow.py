@@ -73,7 +73,10 @@ copies the state its request left last step (or, new or resumed, in column
 (`vllm/v1/worker/mamba_utils.py`, `preprocess_mamba`; docs/vllm_mamba.md).
 The shadow records a state as the KV of position e - 1 in slot 0 of its
 block, and checks that the column a step copies from holds the state of the
-request's own prefix [0, s).
+request's own prefix [0, s).  A Mamba2 or KDA group's kernel also leaves the
+state at a prefill checkpoint c in column cdiv(e, T) - 2 where vLLM's own
+rule (`compute_mamba_prefill_checkpoints`) puts one: recorded as the KV of
+position c - 1 there (nothing where that column is the null block).
 
 Extension point: another group kind is one `ReadRule` subclass (which positions
 a step reads from the cache, `reads`, which positions write an entry,
@@ -233,7 +236,10 @@ class RingReads(ReadRule):
 class StateReads(ReadRule):
     """A Mamba / GDN group (align mode): no positions read or written per token; a step reads the state at its
     start from the column its request last wrote and writes the state at its end into column (end - 1) // T
-    (`ShadowWorker._check_state`, `_write_state`)."""
+    (`ShadowWorker._check_state`, `_write_state`); with `checkpoint_alignment` (Mamba2, KDA) also the state at
+    a prefill checkpoint where vLLM's rule puts one (`compute_mamba_prefill_checkpoints`)."""
+
+    checkpoint_alignment: int = 0
 
     def reads(self, start: int, end: int) -> range:
         return range(0)
@@ -273,9 +279,10 @@ def _ring(spec: Any, ratio: int) -> ReadRule:
 
 
 def _state(spec: Any, ratio: int) -> ReadRule:
-    if spec.mamba_cache_mode != "align" or spec.num_speculative_blocks or spec.num_prefill_checkpoint_blocks:
-        raise NotImplementedError("a Mamba group outside align mode, or with speculative or checkpoint blocks")
-    return StateReads()
+    if spec.mamba_cache_mode != "align" or spec.num_speculative_blocks:
+        raise NotImplementedError("a Mamba group outside align mode, or with speculative blocks")
+    alignment = spec.prefill_checkpoint_alignment if spec.num_prefill_checkpoint_blocks else None
+    return StateReads(checkpoint_alignment=int(alignment or 0))
 
 
 # The extension point: a spec class name -> its read rule, given the spec and the model's compression ratio.
@@ -365,8 +372,12 @@ class _Span:
 class ShadowWorker:
     """vLLM's worker KV memory as records of what was written where; every read of a step is checked."""
 
-    def __init__(self, kv_cache_config: Any, *, details: int = 20) -> None:
+    def __init__(self, kv_cache_config: Any, *, details: int = 20, hash_block_size: int = 0,
+                 hit_alignment_tokens: int = 0) -> None:
+        """`hash_block_size` and `hit_alignment_tokens` (vLLM's cache config): where a Mamba group's kernel puts
+        its prefill checkpoints (needed only with such a group)."""
         groups = kv_cache_config.kv_cache_groups
+        self.hash_block_size, self.hit_alignment_tokens = hash_block_size, hit_alignment_tokens
         self.block_sizes = tuple(int(g.kv_cache_spec.block_size) for g in groups)
         ratio = compress_ratio(g.kv_cache_spec for g in groups)
         self.rules = tuple(read_rule(g.kv_cache_spec, compress_ratio=ratio) for g in groups)
@@ -375,14 +386,16 @@ class ShadowWorker:
         self.requests: dict[str, _Request] = {}
         self.prefixes = Prefixes()
         self.steps = self.reads = self.cached_reads = self.copied_reads = self.writes = self.copies = 0
-        self.resumes = self.wrong_reads = self.wrong_writes = self.same_step_reads = 0
+        self.resumes = self.wrong_reads = self.wrong_writes = self.same_step_reads = self.checkpoints = 0
         self.wrong: list[WrongRead] = []  # the first `details` wrong reads
         self.wrong_written: list[WrongWrite] = []  # the first `details` wrong writes
 
     @classmethod
     def for_scheduler(cls, scheduler: Any, **kwargs: Any) -> ShadowWorker:
         """A shadow of the worker of `scheduler` (its KVCacheConfig's groups), stock vLLM's or hkv's."""
-        return cls(scheduler.kv_cache_config, **kwargs)
+        hash_block = scheduler.hash_block_size
+        alignment = hash_block if getattr(scheduler, "mamba_partial_cache_hit", False) else scheduler.block_size
+        return cls(scheduler.kv_cache_config, hash_block_size=hash_block, hit_alignment_tokens=alignment, **kwargs)
 
     def observe(self, output: Any, tokens: Callable[[str], Sequence[int]]) -> None:
         """Run one step's `SchedulerOutput` as the worker would: copies, tables, writes, then the reads checked.
@@ -477,6 +490,7 @@ class ShadowWorker:
         request = self.requests[span.req_id]
         for group, rule in enumerate(self.rules):
             if isinstance(rule, StateReads):
+                self._write_checkpoint(span, request, group, rule.checkpoint_alignment, written)
                 self._write_state(span, request, group, written)
                 continue
             for position in range(span.start, span.end):
@@ -509,6 +523,26 @@ class ShadowWorker:
         record = Record(group, request.ids[span.end - 1], span.end - 1, span.req_id, self.steps)
         self._store(span.req_id, _block_at(request.table[group], column), 0, record, written, False)
         request.state_columns[group] = column
+
+    def _write_checkpoint(self, span: _Span, request: _Request, group: int, alignment: int,
+                          written: dict[tuple[int, int], Record]) -> None:
+        """The state at the step's prefill checkpoint, where vLLM's worker puts one, into the column vLLM's rule
+        names (a column beyond the table or the null block: the write goes nowhere a reader looks)."""
+        if not alignment or span.end - span.start <= self.hash_block_size:
+            return
+        from vllm.model_executor.layers.mamba.checkpoint import compute_mamba_prefill_checkpoints
+
+        (offset,), (column,) = compute_mamba_prefill_checkpoints(
+            [span.end], [span.end - span.start], hash_block_size=self.hash_block_size,
+            mamba_block_size=self.block_sizes[group], checkpoint_alignment=alignment, drop_eagle_block=False,
+            cache_hit_alignment_tokens=self.hit_alignment_tokens)
+        block = _block_at(request.table[group], column) if offset else None
+        if block is None or block == NULL_BLOCK:
+            return
+        position = span.start + offset - 1  # the state after the checkpoint: as the KV of its last token
+        record = Record(group, request.ids[position], position, span.req_id, self.steps)
+        self._store(span.req_id, block, 0, record, written, False)
+        self.checkpoints += 1
 
     def _check_state(self, span: _Span, request: _Request, group: int) -> None:
         """The column the step copies its starting state from holds the request's own state at its start."""

@@ -99,7 +99,10 @@ def test_hybrid_groups_each_get_a_pool_and_share_one_block_space():
 
 @pytest.mark.parametrize(("specs", "feature", "match"), [
     (lambda: (full(), mamba(num_speculative_blocks=2)), "mamba_speculative_blocks", r"kv_cache_groups\[1\]"),
-    (lambda: (full(), mamba(num_prefill_checkpoint_blocks=1)), "mamba_prefill_checkpoints", "Mamba2"),
+    (lambda: (full(), mamba(num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=1), mamba()),
+     "mamba_mixed_checkpoints", r"kv_cache_groups\[2\]: 16-token blocks, checkpoints none"),
+    (lambda: (full(), mamba(block_size=32, num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=1)),
+     "mamba_sub_block_hits", "32-token blocks with 16-token hash"),
     (lambda: (full(), mamba(block_size=32)), "mamba_sub_block_hits", "32-token blocks with 16-token hash"),
     (lambda: (sliding_mla(128, bounded_replay=True),), "swa_bounded_replay", "--no-swa-bounded-replay"),
     (lambda: (full(block_size=24), full()), "kv_cache_groups[0]", "a whole number of hash blocks"),
