@@ -288,8 +288,8 @@ class HkvKVCacheManager:
         for count in parts:
             try:
                 allocs.append(self.hkv.allocate_ahead(entry.rid, count))
-            except OutOfPages:  # (after a first part: its pages are in hkv's table, vLLM gets them next time)
-                if acquiring and not allocs:
+            except OutOfPages:  # nothing scheduled: a new request is forgotten (its hit, a first part released);
+                if acquiring:  # a running one's first part stays in hkv's table, vLLM gets it with its next blocks
                     self._forget(entry)
                 return None
         if checkpoint > allocated:

@@ -75,7 +75,7 @@ PASSES = (Pass(points_only=True, anchors=False, running=True, spare="branches"),
 # With state columns (vLLM's Mamba groups) a running request's anchors are not passed by a window: the state at
 # its prompt's end is where its next turn resumes, and vLLM keeps it cached in LRU order (its replay boundary), so
 # they go with the released chains' units, in the order as it is.
-STATE_PASSES = (PASSES[0], PASSES[2], PASSES[3])
+STATE_PASSES = (PASSES[0], PASSES[2], Pass(points_only=True, running=True, spare="branches"))
 
 
 def _chunk_units(core: Core, walk: Walk, chunk: Blocks, live: NDArray[np.bool_], how: Pass) -> None:

@@ -162,6 +162,46 @@ def test_broken_variant_running_anchors_first_drops_the_prompt_end(monkeypatch: 
     assert not _prompt_end_survives_pressure()
 
 
+def _junction_survives_pressure() -> bool:
+    """Two running requests branch at a shared prefix's end (a junction: where the next one arrives); a third
+    allocation needs one page more than is free, and only the junction's state could give it.  Is the junction
+    still a hit after (the allocation refused instead: vLLM then preempts, as it would with its own manager)?"""
+    from hkv_core.errors import OutOfPages
+
+    m = _manager(pages=16)
+    shared = list(range(1, 33))
+    for own in (100, 200):
+        rid = m.add_request(shared + list(range(own, own + 32)))
+        hit = m.match(rid)
+        if hit.tokens:
+            m.acquire(rid, hit)
+        for _ in range((64 - hit.tokens) // 32):  # steps of two blocks: points at 32 and 64 only
+            m.allocate_ahead(rid, 32)
+            m.commit(rid, 32)
+    free = m.free_pages(STATE)
+    other = m.add_request(list(range(700, 700 + free * T)))  # free attention pages and one state page: one short
+    try:
+        m.allocate_ahead(other, free * T)
+    except OutOfPages:
+        pass
+    assert check_invariants(m) == []
+    return m.match(m.add_request(shared + [9, 9, 9])).tokens == 32
+
+
+def test_a_junction_of_running_requests_is_kept_under_pressure() -> None:
+    assert _junction_survives_pressure()
+
+
+def test_broken_variant_a_junction_of_running_requests_evicted_for_an_allocation(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the window's last pass (every running request's points, junctions too) the junction goes: the next
+    turns of every branch recompute the shared prefix (vLLM's own manager keeps it: it preempts instead)."""
+    from hkv_core.manager import evict
+
+    monkeypatch.setattr(evict, "STATE_PASSES", (evict.PASSES[0], evict.PASSES[2], evict.PASSES[3]))
+    assert not _junction_survives_pressure()
+
+
 def test_broken_variant_a_step_computing_in_a_kept_state_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """`snapshots_unshared` for state columns: the column a request's next tokens write is never a resume
     point's state.  Broken: the next block's column reuses the page of the point just kept (no new page)."""
