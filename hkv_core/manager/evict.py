@@ -74,7 +74,9 @@ PASSES = (Pass(points_only=True, anchors=False, running=True, spare="branches"),
           Pass(points_only=True, running=True, spare="latest"), Pass(), Pass(points_only=True, running=True))
 # With state columns (vLLM's Mamba groups) a running request's anchors are not passed by a window: the state at
 # its prompt's end is where its next turn resumes, and vLLM keeps it cached in LRU order (its replay boundary), so
-# they go with the released chains' units, in the order as it is.
+# they go with the released chains' units, in the order as it is; and the last pass spares the points where
+# indexed chains branch (a junction running requests share: every next turn of each branch resumes there, and
+# vLLM keeps it, preempting a request instead - the allocation is refused).
 STATE_PASSES = (PASSES[0], PASSES[2], Pass(points_only=True, running=True, spare="branches"))
 
 
