@@ -34,14 +34,14 @@ class Checkpoints:
     """Where a step of a request leaves a prefill checkpoint hkv keeps (0: none)."""
 
     def __init__(self, states: tuple[GroupPool, ...], hash_block_size: int, cache_hit_alignment_tokens: int,
-                 sparse_retention: bool) -> None:
+                 retention_interval: int | None) -> None:
         from vllm.v1.kv_cache_interface import get_mamba_prefill_checkpoint_position, is_mamba_prefill_checkpoint_valid
 
         self.alignment = states[0].checkpoint_alignment if states else 0  # (`layout._check_checkpoints`: all alike)
         self.block_size = states[0].block_size if states else 0
         self.state_groups = tuple(g.group_id for g in states)
         self.hash_block_size, self.hit_alignment = hash_block_size, cache_hit_alignment_tokens
-        self.sparse_retention = sparse_retention  # vLLM's retention interval 0: only the prefill's end keeps one
+        self.retention_interval = retention_interval  # vLLM's; 0 (sparse): only the prefill's end keeps one
         self._position, self._valid = get_mamba_prefill_checkpoint_position, is_mamba_prefill_checkpoint_valid
 
     def at(self, request: Any, blocks: list[list[Any]], start: int, end: int) -> int:
@@ -49,7 +49,7 @@ class Checkpoints:
         the position whose state the worker leaves in its own column, which hkv then takes; 0 for none."""
         if not self.alignment or end - start <= self.hash_block_size:  # (decode steps: never one)
             return 0
-        if self.sparse_retention and end < max(request.num_prompt_tokens, request.num_tokens - 1):
+        if self.retention_interval == 0 and end < max(request.num_prompt_tokens, request.num_tokens - 1):
             return 0
         position = self._position(end, self.hit_alignment, False)
         column = -(-end // self.block_size) - 2

@@ -94,7 +94,7 @@ class HkvKVCacheManager:
         self.state_groups = tuple(g for g in self.groups if g.state)
         self.state_offers: dict[str, list[tuple[int, int, int]]] = {}  # a connector's state hand-offs, not drained
         self.checkpoints = Checkpoints(self.state_groups, block, scheduler_block_size,
-                                       kv_cache_config.prefix_cache_retention_interval == 0)
+                                       kv_cache_config.prefix_cache_retention_interval)
         if self.stateful and (use_eagle or num_prefill_lookahead):
             raise UnsupportedVllmConfig(feature="mamba_speculative_blocks", detail="EAGLE or prefill lookahead with "
                                         "a Mamba group (hkv serves its state columns without speculative blocks)")

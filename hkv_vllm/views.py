@@ -66,6 +66,21 @@ class GroupView:
 
 
     @property
+    def cache_hit_alignment_tokens(self) -> int:
+        """Where hits land (vLLM's hash block with sub-block hits, which hkv does not serve: the scheduler block)."""
+        return self._owner.checkpoints.hit_alignment
+
+    @property
+    def _checkpoints(self) -> Mapping[str, tuple[int, int]]:
+        """A state group's prefill checkpoints of the steps allocated and not yet committed: request id -> (the
+        checkpoint, its column), as vLLM's MambaManager records the one of a request's latest allocation."""
+        if not self._owner.groups[self.kv_cache_group_id].state:
+            return {}
+        size, entries = self.block_size, self._owner.entries.items()
+        return {req_id: (entry.exports[-1], entry.exports[-1] // size - 1) for req_id, entry in entries
+                if entry.exports and entry.exports[-1] > entry.committed}
+
+    @property
     def num_cached_block(self) -> Mapping[str, int]:
         """Request id -> how many of its blocks hkv has committed (vLLM: cached when scheduled; hkv: once
         computed, docs/vllm.md)."""
@@ -86,6 +101,16 @@ class CoordinatorView:
                                      for g, spec in zip(owner.vllm_layout.groups, specs, strict=True)]
         self.block_pool = owner.block_pool
         self.eagle_group_ids = tuple(range(len(specs))) if owner.use_eagle else ()  # every group drops a block
+
+    @property
+    def retention_interval(self) -> int | None:
+        """vLLM's prefix-cache retention interval: with 0, a Mamba group keeps a prefill checkpoint only on the
+        chunk that reaches the prefill's end (hkv keeps a point at every block either way)."""
+        return self._owner.checkpoints.retention_interval
+
+    @retention_interval.setter
+    def retention_interval(self, value: int | None) -> None:
+        self._owner.checkpoints.retention_interval = value
 
     def get_num_blocks_to_allocate(self, *, request_id: str, num_tokens: int, **_: Any) -> int:
         """Blocks the request needs beyond what it holds to cover `num_tokens` tokens, all groups together."""
