@@ -1,8 +1,9 @@
 """`vllm serve` on the tiny Qwen3-Next (a Gated DeltaNet layer: vLLM's Mamba group) through hkv_vllm.Scheduler.
 
 As test_serve.py does for the tiny Llama: the server in a process group of its own on a free port, the `openai`
-client, everything stopped whatever happens.  vLLM raises the attention block to 96 tokens for the linear
-layer's state; a 300-token system prompt is three blocks, which the second and third chats resume from.
+client, everything stopped whatever happens.  The block is set to 96 tokens (vLLM raises a smaller one until its
+page holds the linear layer's state: to 96 on one host, to 64 on another); a 300-token system prompt is three
+blocks, which the second and third chats resume from.
 """
 
 import os
@@ -45,7 +46,7 @@ def hybrid_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port, log = _free_port(), tmp / "server.log"
     command = [str(vllm), "serve", str(model), "--scheduler-cls", "hkv_vllm.Scheduler", "--host", "127.0.0.1",
                "--port", str(port), "--served-model-name", NAME, "--dtype", "bfloat16", "--enforce-eager",
-               "--block-size", "32", "--num-gpu-blocks-override", "40", "--max-model-len", "1024",
+               "--block-size", "96", "--num-gpu-blocks-override", "40", "--max-model-len", "1024",
                "--max-num-seqs", "4", "--chat-template", str(tmp / "chat_template.jinja"),
                "--enable-prompt-tokens-details", "--seed", "0"]
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
