@@ -294,8 +294,9 @@ class HkvKVCacheManager:
                 return None
         if checkpoint > allocated:
             entry.exports.append(checkpoint)
-        copied = [pair for alloc in allocs for pair in self.copies.apply(entry, alloc)]  # a fine hit's partial
-        new = []  # last block: copied on write
+        # a fine hit's partial last block: copied on write
+        copied = [pair for alloc in allocs for pair in self.copies.apply(entry, alloc)]
+        new = []
         for group in self.groups:
             table = allocs[-1].block_tables[group.pool][len(entry.blocks[group.group_id]):]
             new.append(self.blocks.take(entry, group.group_id, group.block_ids(table)))
