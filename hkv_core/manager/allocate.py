@@ -61,16 +61,21 @@ def make_room(core: Core, pages: list[int], blocks: int, points: int) -> None:
             raise _short(core, pages, blocks, points, evictable)
 
 
-def allocate(core: Core, req: RequestState, num_tokens: int) -> Allocation:
-    """Pages for tokens [allocated, allocated + n); a request that never acquired starts at 0."""
+def allocate(core: Core, req: RequestState, num_tokens: int, step_start: int = -1) -> Allocation:
+    """Pages for tokens [allocated, allocated + n) of a step beginning at `step_start` (-1: not said); a request
+    that never acquired starts at 0."""
     start, end = req.allocated, req.allocated + num_tokens
-    demands, blocks, points, boundaries = needs(core, req, start, end)
-    make_room(core, [d[0] for d in demands], blocks, points)
-    got = core.objects.reserve(demands, req.slot, known=len(req.tokens))
-    note_ahead(core, req, got)
-    out = Builder()
-    for role in core.roles:
-        role.place(req, start, end, boundaries, [got[p.index] for p in role.pools], out)
+    req.step_start = step_start  # (read by the roles' demands and place; -1 again once placed or refused)
+    try:
+        demands, blocks, points, boundaries = needs(core, req, start, end)
+        make_room(core, [d[0] for d in demands], blocks, points)
+        got = core.objects.reserve(demands, req.slot, known=len(req.tokens))
+        note_ahead(core, req, got)
+        out = Builder()
+        for role in core.roles:
+            role.place(req, start, end, boundaries, [got[p.index] for p in role.pools], out)
+    finally:
+        req.step_start = -1
     core.index.reserve(blocks, points)
     req.block_rows += blocks
     req.point_rows += points

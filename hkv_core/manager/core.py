@@ -94,9 +94,11 @@ class Core:
         prefix_tokens = [p.spec.tokens_per_page for p in block_columns(self.pools)]
         self.lcm_tokens = math.lcm(self.block_tokens, *prefix_tokens)
         # a resume point lies on a boundary of every window page (window pages are shared only whole) and of every
-        # state column (a column holds the state at its end only)
-        self.window_lcm_tokens = math.lcm(self.block_tokens, *(p.spec.tokens_per_page for p in self.pools
-                                                               if p.spec.window_tokens or p.spec.state_columns))
+        # state column (a column holds the state at its end only; with partial page copies, also inside a column:
+        # roles/state.py)
+        self.window_lcm_tokens = math.lcm(self.block_tokens, *(
+            p.spec.tokens_per_page for p in self.pools
+            if p.spec.window_tokens or (p.spec.state_columns and not self.config.allow_partial_page_copy)))
 
     def clone(self) -> Core:
         """An independent copy of every mutable part (spec, tables, layout and hasher are shared)."""

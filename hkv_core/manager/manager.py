@@ -203,7 +203,7 @@ class CacheManager:
         return allocate.allocate(self.core, req, count)
 
     @_locked
-    def allocate_ahead(self, rid: int, num_tokens: int) -> Allocation:
+    def allocate_ahead(self, rid: int, num_tokens: int, step_start: int | None = None) -> Allocation:
         """Pages, slot mappings and the copy plan for positions [allocated, allocated + num_tokens), also past the
         request's known tokens: slots for tokens not known yet (speculative lookahead, async scheduling).
 
@@ -211,11 +211,19 @@ class CacheManager:
         hashed, indexed, published, kept as a resume point or served to another request until `append_tokens`
         makes them known (verified) and `commit` covers them (written).  Their pages never change while the
         request lives.  `release` frees what is still unverified.  InvalidRequestArgument past
-        `max_request_tokens` (nothing changed); OutOfPages leaves everything as it was."""
+        `max_request_tokens` (nothing changed); OutOfPages leaves everything as it was.
+
+        `step_start`: where the engine's step these slots serve begins, in [committed, allocated] (an engine that
+        says it lets state columns keep a point inside a column on a snapshot: roles/state.py)."""
         req = self._request(rid, "allocate_ahead")
         self._no_draft(req, "allocate_ahead")
         count = self._count(req, "allocate_ahead", num_tokens, self.core.config.max_request_tokens - req.allocated)
-        return allocate.allocate(self.core, req, count)
+        if step_start is not None and (isinstance(step_start, bool) or not isinstance(step_start, int | np.integer)
+                                       or not req.computed <= step_start <= req.allocated):
+            raise InvalidRequestArgument(request_id=rid, action="allocate_ahead", argument="step_start",
+                                         value=step_start, reason=f"must be an integer in [{req.computed}, "
+                                                                  f"{req.allocated}] (committed, allocated)")
+        return allocate.allocate(self.core, req, count, -1 if step_start is None else int(step_start))
 
     @_locked
     def commit(self, rid: int, num_tokens: int) -> None:

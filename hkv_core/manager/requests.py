@@ -192,6 +192,7 @@ class RequestState:
     window_floor: list[int] = attrs.field(factory=list)  # per page pool: window blocks below are released
     pending_points: list[int] = attrs.field(factory=list)  # boundaries allocated, not yet committed (ascending)
     snapshots: dict[int, list[int]] = attrs.field(factory=dict)  # tail pool -> snapshot objects, one per pending point
+    snapshot_points: dict[int, list[int]] = attrs.field(factory=dict)  # state pool -> the point of each snapshot
     tail_sources: dict[int, int] = attrs.field(factory=dict)  # tail pool -> the hit's snapshot object
     block_rows: int = 0  # index rows reserved for blocks its commits may add
     point_rows: int = 0  # index rows reserved for resume points its commits may keep
@@ -203,6 +204,7 @@ class RequestState:
     key_room: NDArray[np.uint64] | None = None  # `keys` likewise
     draft: DraftState | None = None  # a speculative step between propose and accept / reject
     ahead: list[int] = attrs.field(factory=list)  # its AHEAD objects: reserved past its known tokens, unverified
+    step_start: int = -1  # while an allocation runs: where the engine's step it serves begins (-1: not said)
 
     def __attrs_post_init__(self) -> None:
         if not self.tables:
@@ -221,6 +223,7 @@ class RequestState:
                             pins=self.pins.copy(), window_floor=list(self.window_floor),
                             pending_points=list(self.pending_points),
                             snapshots={p: list(o) for p, o in self.snapshots.items()},
+                            snapshot_points={p: list(o) for p, o in self.snapshot_points.items()},
                             tail_sources=dict(self.tail_sources), plans=set(self.plans),
                             draft=self.draft.clone() if self.draft is not None else None, ahead=list(self.ahead))
 

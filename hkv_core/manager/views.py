@@ -152,7 +152,8 @@ def _request_snapshot(r: RequestState) -> tuple[Any, ...]:
             r.chain.view().tobytes(), tuple(t.view().tobytes() for t in r.tables),
             r.pins.objs.tobytes(), r.pins.versions.tobytes(),
             tuple(r.window_floor), tuple(r.pending_points),
-            tuple(sorted((p, tuple(o)) for p, o in r.snapshots.items())), tuple(sorted(r.tail_sources.items())),
+            tuple(sorted((p, tuple(o)) for p, o in r.snapshots.items())),
+            tuple(sorted((p, tuple(o)) for p, o in r.snapshot_points.items())), tuple(sorted(r.tail_sources.items())),
             r.block_rows, r.point_rows, tuple(sorted(r.plans)), r.failed_plan, _draft_snapshot(r.draft))
 
 
