@@ -1,4 +1,4 @@
-"""Fine hits: hkv's copy of a hit's partial last block, run by vLLM's worker as a copy-on-write block copy.
+"""hkv's copies of blocks (a hit's partial last block; a Mamba block's state inside it), run by vLLM's worker.
 
 With `fine_hits` the adapter lets hkv resume inside a vLLM block (every hkv
 block of `FINE_HIT_TOKENS` tokens is a resume point, not only the LCM of the
@@ -16,6 +16,14 @@ returns the blocks, or earlier when vLLM reports tokens past the hit
 written (the step that ran the copy is done: `settle`); a request freed
 before the scheduler took its copy never has it run (`cancel`: the plan
 fails, the new page is never published).
+
+vLLM's sub-block state hits (a Mamba block of several hash blocks) copy the
+same way: a hit inside a state block takes a copy of it before the request's
+first step writes there, and a step that starts at a point inside a state
+block it then overwrites first copies the block into a snapshot page, which
+hkv keeps the point on (`hkv_core/manager/roles/state.py`).  A snapshot is
+no block of the request's table: the copy holds it until vLLM returns it,
+then hkv holds it as the point's page.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ class Copy:
     rid: int
     plan_id: int
     pairs: list[tuple[int, Any, Any]]
+    step_start: int  # where the step the copies run before begins: written past it, they ran
 
 
 class BlockCopies:
@@ -50,9 +59,10 @@ class BlockCopies:
         self.held: dict[tuple[int, ...], list[Copy]] = {}  # handed to vLLM, keyed by the ids of their blocks
         self.open: dict[int, int] = {}  # hkv plan id -> request id, for plans not completed yet
 
-    def apply(self, entry: Entry, alloc: Allocation) -> list[tuple[int, int]]:
-        """Point the request's blocks at the copies' new pages (where they held the hit's source pages), and
-        queue one vLLM copy per group the copied pool serves; the (group, new block id) of each copy."""
+    def apply(self, entry: Entry, alloc: Allocation, step_start: int) -> list[tuple[int, int]]:
+        """Point the request's blocks at the copies' new pages where hkv's table now holds them (copy on write of a
+        hit's block), and queue one vLLM copy per group the copied pool serves (a snapshot's too); the (group, new
+        block id) of each copy."""
         if alloc.plan is None:
             return []
         pairs = []
@@ -61,13 +71,15 @@ class BlockCopies:
                 if group.pool != op.pool:
                     continue
                 g, src, dst = group.group_id, group.block_id(op.src), group.block_id(op.dst)
-                position = [b.block_id for b in entry.blocks[g]].index(src)
                 source, target = self.blocks.by_id[src], self.blocks.by_id[dst]
                 self.blocks.ref(g, source)  # both held until vLLM returns them
                 self.blocks.ref(g, target)
-                self.blocks.replace(entry, g, position, dst)
+                table = group.block_ids(alloc.block_tables[group.pool])
+                position = [b.block_id for b in entry.blocks[g]].index(src)
+                if position < len(table) and table[position] == dst:  # (else a snapshot: outside the table)
+                    self.blocks.replace(entry, g, position, dst)
                 pairs.append((g, source, target))
-        self.pending.append(Copy(rid=entry.rid, plan_id=alloc.plan.plan_id, pairs=pairs))
+        self.pending.append(Copy(rid=entry.rid, plan_id=alloc.plan.plan_id, pairs=pairs, step_start=step_start))
         self.open[alloc.plan.plan_id] = entry.rid
         return [(g, target.block_id) for g, _, target in pairs]
 
@@ -97,15 +109,18 @@ class BlockCopies:
             self._unhold(copy)
         return True
 
-    def settle(self, rid: int) -> None:
-        """vLLM reports tokens past the request's hit written, so the step that ran its copies is done: complete
-        their plans (the blocks stay held until vLLM returns them).  Copies never handed to vLLM stay open, and
-        hkv then refuses the commit (their new pages hold no copy)."""
-        if not self.open:  # (every commit of a fine-hits manager asks: most find nothing open)
-            return
-        handed = {copy.plan_id for copies in self.held.values() for copy in copies}
+    def settle(self, rid: int, written: int | None = None) -> bool:
+        """vLLM reports `written` tokens of the request written: complete the plans of its copies handed to vLLM
+        whose step began before that (that step ran them; the blocks stay held until vLLM returns them), every
+        handed one when `written` is None.  Whether none of the request's copies is still open (copies never
+        handed to vLLM stay open: hkv refuses a commit while they are, their new pages hold no copy)."""
+        if not self.open:  # (every commit asks: most find nothing open)
+            return True
+        handed = {copy.plan_id: copy.step_start for copies in self.held.values() for copy in copies}
         for plan_id in [p for p, r in self.open.items() if r == rid and p in handed]:
-            self._complete(plan_id, Completion())
+            if written is None or handed[plan_id] < written:
+                self._complete(plan_id, Completion())
+        return rid not in self.open.values()
 
     def cancel(self, rid: int) -> None:
         """The request is released: copies the scheduler never took will not run (their plans fail: the new

@@ -26,7 +26,8 @@ local attention (as a window of its chunk size), of any block sizes, KV
 shapes and dtypes (an fp8 cache's bytes as `fp8`), and Mamba / Gated DeltaNet
 state groups (`MambaSpec`) as hkv state columns (one page per block column,
 a resume point where a step ended on a block boundary or where the kernel
-exported a prefill checkpoint: `hkv_core/manager/roles/state.py`,
+exported a prefill checkpoint, and with vLLM's sub-block hits (a Mamba block
+of several hash blocks) inside a block too: `hkv_core/manager/roles/state.py`,
 docs/vllm_mamba.md), without speculative state blocks.  Any other spec (HiSparse,
 cross attention) raises UnsupportedVllmConfig naming the group.
 """
@@ -126,6 +127,10 @@ def layout_from_kv_cache_config(kv_cache_config: Any, *, hash_block_size: int | 
     states = [type(spec).__name__ == "MambaSpec" for spec in specs]
     block = hash_block_size if hash_block_size is not None else min(
         s.block_size for s, ring in zip(specs, rings, strict=True) if not ring)
+    if fine_hits and any(s.block_size != block for s, state in zip(specs, states, strict=True) if state):
+        raise UnsupportedVllmConfig(feature="mamba_fine_hits", detail=f"hkv's fine hits ({block}-token blocks) with "
+                                    f"a Mamba group of larger blocks (vLLM's own sub-block hits are served: its "
+                                    f"hash block finer than the Mamba block, without fine_hits)")
     engine_groups = [_engine_group(i, spec, windows[i], block, rings[i], states[i]) for i, spec in enumerate(specs)]
     _check_states(specs, block if fine_hits else math.lcm(*(s.block_size for s in specs)), fine_hits)
     if kv_cache_config.num_blocks < 2:  # block 0 is vLLM's null block, hkv's NULL page
@@ -172,17 +177,15 @@ def _engine_group(group_id: int, spec: Any, window: int, block: int, ring: bool,
 
 def _state_group(group_id: int, spec: Any, block: int) -> EngineGroup:
     """A MambaSpec group as hkv state columns, its page of the group's bytes (UnsupportedVllmConfig for what hkv does
-    not serve yet: speculative state blocks, a state block of several hash blocks, where vLLM resumes inside a
-    state block from a copy of it)."""
+    not serve yet: speculative state blocks)."""
     where = f"kv_cache_groups[{group_id}]"
     if spec.num_speculative_blocks:
         raise UnsupportedVllmConfig(feature="mamba_speculative_blocks",
                                     detail=f"{where}: speculative decoding over a Mamba group, "
                                            f"{spec.num_speculative_blocks} block(s) per request")
-    if spec.block_size != block:  # vLLM then hits inside a state block (`partial_hash_hits_enabled`)
-        raise UnsupportedVllmConfig(feature="mamba_sub_block_hits",
-                                    detail=f"{where}: a Mamba group of {spec.block_size}-token blocks with "
-                                           f"{block}-token hash blocks (hits inside a state block, copied on write)")
+    if spec.block_size % block:
+        raise UnsupportedVllmConfig(feature=where, detail=f"a Mamba group of {spec.block_size}-token blocks with "
+                                                          f"{block}-token hash blocks (a whole number of them)")
     try:  # (the page's bytes size hkv's report only; vLLM itself reads them only when it plans memory)
         page_bytes = int(spec.page_size_bytes)
     except (TypeError, ValueError):  # shapes vLLM cannot size (its tests' placeholder specs)

@@ -79,6 +79,9 @@ class HkvKVCacheManager:
         self.vllm_layout: VllmLayout = layout_from_kv_cache_config(kv_cache_config, hash_block_size=block,
                                                                    fine_hits=fine_hits)
         self.fine_hits = fine_hits
+        # vLLM's sub-block hits: a Mamba block of several hash blocks, hits on any hash block (vLLM's own rule, so
+        # its scheduler splits chunks where hkv keeps the states: `coordinator.enable_partial_hash_hits`)
+        self.sub_block_hits = enable_caching and not fine_hits and _partial_hash_hits(kv_cache_config, hash_block_size)
         self.kv_cache_config, self.max_model_len = kv_cache_config, max_model_len
         self.enable_caching, self.enable_kv_cache_events = enable_caching, enable_kv_cache_events
         self.use_eagle, self.log_stats, self.metrics_collector = use_eagle, log_stats, metrics_collector
@@ -87,14 +90,15 @@ class HkvKVCacheManager:
         self.hkv = CacheManager(self.vllm_layout.layout, ManagerConfig(
             shared_pages=self.vllm_layout.shared_pages, max_requests=1 << 16,
             max_request_tokens=max(max_model_len, 1) + 1, retain_every_blocks=1,
-            allow_partial_page_copy=fine_hits, kv_events=enable_kv_cache_events))
+            allow_partial_page_copy=fine_hits or self.sub_block_hits, kv_events=enable_kv_cache_events))
         self.groups = self.vllm_layout.groups
         self.windowed = tuple(g for g in self.groups if g.sliding)  # blocks hkv releases while the request runs
         self.stateful = any(g.state for g in self.groups)  # Mamba groups: a commit must end where a step ended
         self.state_groups = tuple(g for g in self.groups if g.state)
         self.state_offers: dict[str, list[tuple[int, int, int]]] = {}  # a connector's state hand-offs, not drained
-        self.checkpoints = Checkpoints(self.state_groups, block, scheduler_block_size,
+        self.checkpoints = Checkpoints(self.state_groups, block, block if self.sub_block_hits else scheduler_block_size,
                                        kv_cache_config.prefix_cache_retention_interval)
+        self.state_block = self.state_groups[0].block_size if self.state_groups else 0  # (all alike: layout.py)
         if self.stateful and (use_eagle or num_prefill_lookahead):
             raise UnsupportedVllmConfig(feature="mamba_speculative_blocks", detail="EAGLE or prefill lookahead with "
                                         "a Mamba group (hkv serves its state columns without speculative blocks)")
@@ -216,7 +220,9 @@ class HkvKVCacheManager:
             self._in_flight(request, computed, num_new_tokens)
             return self.empty_kv_cache_blocks  # pages cover it, no block completed: hkv is asked nothing
         self._sync(entry, request)
-        self._commit_to(entry, _written(request))
+        written = _written(request)  # the step after it: in flight, or this one
+        self._commit_to(entry, written, request.num_computed_tokens if request.num_computed_tokens > written
+                        else computed + num_new_tokens)
         hit_ids = self._adopted_hit(entry, num_new_computed_tokens)
         watermark = self.watermark_blocks if has_scheduled_reqs and _waiting(request) else 0
         full = min(request.num_tokens, self.max_model_len)
@@ -224,13 +230,15 @@ class HkvKVCacheManager:
                                                      watermark, 0):
             return None  # the whole sequence would not fit (reservations constrain only this allocation)
         checkpoint = self.checkpoints.at(request, entry.blocks, computed, computed + num_new_tokens)
-        if not self._fits(self._blocks_needed(entry, target, hit_ids, checkpoint=checkpoint), watermark,
-                          reserved_blocks):
+        snapshot = self._snapshot_due(entry, request, computed, computed + num_new_tokens)
+        if not self._fits(self._blocks_needed(entry, target, hit_ids, checkpoint=checkpoint, snapshot=snapshot),
+                          watermark, reserved_blocks):
             return None
         # whole pages, as vLLM allocates whole blocks: hkv's allocation runs to the end of the last block, past
         # the known tokens where it must (slots reserved ahead: drafts, lookahead, async scheduling's next token)
         end = min(-(-target // size) * size, self.hkv.config.max_request_tokens)
-        blocks = self._allocate(entry, end, hit_ids, num_new_computed_tokens, skip_zeroing_group_ids, checkpoint)
+        blocks = self._allocate(entry, end, hit_ids, num_new_computed_tokens, skip_zeroing_group_ids, checkpoint,
+                                computed)
         if blocks is not None and (delay_cache_blocks or num_external_computed_tokens):
             # a connector's load: vLLM counts its tokens computed now.  An async one is written when vLLM reports
             # it (`cache_blocks`); a sync one once the step that loads it is reported written (under async
@@ -266,7 +274,7 @@ class HkvKVCacheManager:
         return all(g.blocks_for(tokens) <= len(entry.blocks[g.group_id]) for g in self.groups)
 
     def _allocate(self, entry: Entry, target: int, hit_ids: list[list[int]], hit_tokens: int,
-                  skip_zeroing: tuple[int, ...] = (), checkpoint: int = 0) -> Any:
+                  skip_zeroing: tuple[int, ...] = (), checkpoint: int = 0, step_start: int = -1) -> Any:
         """Pages to `target` as vLLM blocks (None: nothing changed); a prefill checkpoint (`checkpoints.py`) splits
         the allocation there, so the state groups take its column too."""
         acquiring = not entry.acquired
@@ -284,10 +292,11 @@ class HkvKVCacheManager:
         if target <= allocated:
             return self.empty_kv_cache_blocks
         parts = [checkpoint - allocated, target - checkpoint] if allocated < checkpoint else [target - allocated]
+        start = step_start if 0 <= step_start <= allocated else None  # (a connector's load: past hkv's allocation)
         allocs = []
         for count in parts:
             try:
-                allocs.append(self.hkv.allocate_ahead(entry.rid, count))
+                allocs.append(self.hkv.allocate_ahead(entry.rid, count, start))
             except OutOfPages:  # nothing scheduled: a new request is forgotten (its hit, a first part released);
                 if acquiring:  # a running one's first part stays in hkv's table, vLLM gets it with its next blocks
                     self._forget(entry)
@@ -295,7 +304,7 @@ class HkvKVCacheManager:
         if checkpoint > allocated:
             entry.exports.append(checkpoint)
         # a fine hit's partial last block: copied on write
-        copied = [pair for alloc in allocs for pair in self.copies.apply(entry, alloc)]
+        copied = [pair for alloc in allocs for pair in self.copies.apply(entry, alloc, step_start)]
         new = []
         for group in self.groups:
             table = allocs[-1].block_tables[group.pool][len(entry.blocks[group.group_id]):]
@@ -330,8 +339,18 @@ class HkvKVCacheManager:
                                              f"{entry.hit.tokens if entry.hit else 0}")
         return self._hit_ids(entry.hit)
 
+    def _snapshot_due(self, entry: Entry, request: Any, start: int, end: int) -> bool:
+        """Whether hkv takes a snapshot of the state blocks for a step [start, end) (sub-block hits: the step
+        starts at the prompt's point inside a block, which it overwrites: `copies.py`)."""
+        size = self.state_block
+        if not self.sub_block_hits or not entry.acquired or not start % size or start % self._block_tokens:
+            return False
+        committed, allocated, _ = self.hkv.request_tokens(entry.rid)
+        return (committed < start == allocated and start <= request.num_prompt_tokens
+                and (end - 1) // size == (start - 1) // size)
+
     def _blocks_needed(self, entry: Entry, tokens: int, hit_ids: list[list[int]],
-                       admission: bool = False, checkpoint: int = 0) -> list[int]:
+                       admission: bool = False, checkpoint: int = 0, snapshot: bool = False) -> list[int]:
         """Per group, the free blocks an allocation to `tokens` takes: new pages, and hit blocks no live request
         holds (and a prefill checkpoint's column per state group).  `admission` (the whole sequence must fit): a
         window group needs at most vLLM's admission cap, as its blocks are given back while the sequence is
@@ -340,7 +359,7 @@ class HkvKVCacheManager:
         caps = self._admission_caps if admission else self._no_caps
         return [g.new_blocks(tokens, len(entry.blocks[g.group_id]) + len(ids), cap)
                 + sum(1 for i in ids if i and self.blocks.by_id[i].ref_cnt == 0) + int(partial % g.block_size > 0)
-                + int(bool(checkpoint) and g.state)
+                + int(bool(checkpoint) and g.state) + int(snapshot and g.state)
                 for g, ids, cap in zip(self.groups, hit_ids, caps, strict=True)]
 
     def _fits(self, needed: list[int], watermark: int, reserved: int) -> bool:
@@ -367,7 +386,7 @@ class HkvKVCacheManager:
             return
         if entry.acquired:  # (a load vLLM never confirmed publishes nothing: `_commit_to`)
             self._sync(entry, request)
-            self._commit_to(entry, _written(request))
+            self._commit_final(entry, request)
         self._forget(entry)
 
     def pop_blocks_for_free(self, request: Any) -> list[Any]:
@@ -378,7 +397,7 @@ class HkvKVCacheManager:
             return []
         if entry.acquired:  # (first: a call that raises leaves the entry where it was)
             self._sync(entry, request)
-            self._commit_to(entry, _written(request))
+            self._commit_final(entry, request)
         blocks = [b for group in entry.blocks for b in group if not b.is_null]
         if not blocks:
             self._forget(entry)
@@ -508,7 +527,17 @@ class HkvKVCacheManager:
                         self.state_offers.setdefault(req_id, []).append((group.group_id, block.block_id, position))
 
     def finalize_partial_tail_offloads(self, request: Any) -> list[tuple[int, int, int]]:
-        return []
+        """[(Mamba group, block id, tokens), ...] once per request (sub-block hits): a request finishing with no step
+        in flight, its last step ended inside a state block on a hash block of its prompt, leaves the state there
+        in that block, for a KV connector to save before the request is freed (as vLLM's producer partial tail)."""
+        entry, t = self.entries.get(request.request_id), int(request.num_computed_tokens)
+        if (entry is None or entry.tail_offered or not self.sub_block_hits or request.num_in_flight_tokens
+                or not t % self.state_block or t % self._block_tokens or not 0 < t <= request.num_prompt_tokens):
+            return []
+        entry.tail_offered = True
+        column = (t - 1) // self.state_block
+        return [(g.group_id, b.block_id, t) for g in self.state_groups
+                if column < len(entry.blocks[g.group_id]) and not (b := entry.blocks[g.group_id][column]).is_null]
 
     def new_step_starts(self) -> None:
         """A step is being scheduled: the oldest step's prompt blocks in flight are written by now."""
@@ -551,12 +580,23 @@ class HkvKVCacheManager:
                     self.hkv.append_tokens(entry.rid, more)
             entry.known += len(more)
 
-    def _commit_to(self, entry: Entry, num_computed_tokens: int) -> None:
+    def _commit_to(self, entry: Entry, num_computed_tokens: int, next_end: int | None = None,
+                   final: bool = False) -> None:
         """Commit the tokens vLLM reports computed and hkv knows.  hkv's allocation runs to a block's end or
         to the known tokens, whichever is first; tokens decoded into a block since are first allocated there
-        (inside pages the request holds: no page is taken)."""
+        (inside pages the request holds: no page is taken).
+
+        With sub-block state hits, a step that ended inside a state block on a hash block's end is committed
+        there only when the request's next step (ending at `next_end`) leaves that block, or the request ends
+        (`final`): hkv then keeps the point on the block, which the request never writes again.  Otherwise
+        one token short, keeping no point there: vLLM's block table for a running request only grows, so the
+        request's next step must write that block (hkv takes a snapshot of it instead: `copies.py`)."""
         if not entry.acquired:
             return
+        t, size = num_computed_tokens, self.state_block
+        if (self.sub_block_hits and not final and t % self._block_tokens == 0 and t % size
+                and (next_end is None or (next_end - 1) // size == (t - 1) // size)):
+            num_computed_tokens -= 1
         if entry.unconfirmed is not None:  # a connector's load: nothing of it until vLLM confirms it written
             first, end = entry.unconfirmed
             if end is not None and num_computed_tokens >= end:
@@ -568,14 +608,20 @@ class HkvKVCacheManager:
         if self.stateful and upto < num_computed_tokens:
             return  # hkv keeps a state where a commit ends: only where a step ended (a later commit covers these)
         if upto > computed:
-            if self.fine_hits:  # tokens past the hit written: the step that copied its partial block ran
-                self.copies.settle(entry.rid)
+            if not self.copies.settle(entry.rid, upto):  # a copy vLLM's worker has not run: later
+                return
             for end in [x for x in entry.exports if computed < x < upto] + [upto]:  # a step's prefill checkpoint:
                 self.hkv.commit(entry.rid, end - computed)  # committed as where a step ended (`checkpoints.py`)
                 computed = end
             self._drop_out_of_window(entry)
         entry.exports = [x for x in entry.exports if x > upto]
         entry.committed = max(computed, upto)
+
+    def _commit_final(self, entry: Entry, request: Any) -> None:
+        """Commit what a request vLLM is done with computed (a step still in flight ends at its computed tokens)."""
+        written = _written(request)
+        in_flight = request.num_computed_tokens > written
+        self._commit_to(entry, written, request.num_computed_tokens if in_flight else None, final=not in_flight)
 
     def _drop_out_of_window(self, entry: Entry) -> None:
         """The null block for each block hkv dropped from a sliding-window group's table (left the window)."""
@@ -604,7 +650,7 @@ class HkvKVCacheManager:
         self.state_offers.pop(entry.req_id, None)
 
     def _release(self, entry: Entry) -> None:
-        if self.fine_hits:
+        if self.copies.open:
             self.copies.cancel(entry.rid)
         self.hkv.release(entry.rid)  # when it raises, the blocks stay counted and the entry stays
         self.blocks.drop(entry)
@@ -632,6 +678,17 @@ def _waiting(request: Any) -> bool:
     from vllm.v1.request import RequestStatus
 
     return request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED)
+
+
+def _partial_hash_hits(kv_cache_config: Any, hash_block_size: int) -> bool:
+    """vLLM's own rule for sub-block hits (`partial_hash_hits_enabled`: a Mamba group of blocks larger than the hash
+    block, and every other group's manager able to look hash blocks up)."""
+    from vllm.v1.core.kv_cache_utils import partial_hash_hits_enabled
+    from vllm.v1.kv_cache_spec_registry import KVCacheSpecRegistry
+
+    groups = kv_cache_config.kv_cache_groups
+    return bool(partial_hash_hits_enabled(groups, hash_block_size, 1, [
+        KVCacheSpecRegistry.get_manager_class(g.kv_cache_spec, getattr(g, "role", None)) for g in groups]))
 
 
 def _refuse(*, dcp: int, pcp: int) -> None:

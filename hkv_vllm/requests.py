@@ -36,6 +36,7 @@ class Entry:
     blocks: list[list[Any]] = attrs.field(factory=list)  # per group: the request's KVCacheBlocks, in position order
     live: list[int] = attrs.field(factory=list)  # per group: the first position not yet the null block
     exports: list[int] = attrs.field(factory=list)  # prefill checkpoints of allocated steps not yet committed
+    tail_offered: bool = False  # its state inside a block handed to a connector (`finalize_partial_tail_offloads`)
 
     def __attrs_post_init__(self) -> None:
         self.blocks = [[] for _ in range(self.groups)]

@@ -12,8 +12,9 @@ pool:
 - `coordinator.get_num_blocks_to_allocate(...)`: the blocks a request still
   needs for `num_tokens` (what the scheduler's promotion check asks).
 - `coordinator.enable_partial_hash_hits` / `eagle_group_ids` /
-  `num_reprefillable_tokens`: False / every group with EAGLE, else () / 0
-  (hkv's Mamba groups keep no speculative or checkpoint blocks).
+  `num_reprefillable_tokens`: vLLM's own rule for sub-block state hits
+  (served) / every group with EAGLE, else () / 0 (hkv's Mamba groups keep
+  no speculative blocks).
 - `block_pool.get_num_free_blocks()` / `get_usage()`: blocks no live
   request holds (hkv's free pages and its evictable cached ones, as vLLM
   counts its free queue), and the share held.
@@ -60,14 +61,14 @@ class GroupView:
 
     @property
     def req_to_blocks(self) -> Mapping[str, list[Any]]:
-        """Request id -> its blocks in this group (copies of the lists)."""
+        """Request id -> its blocks in this group (the adapter's lists, as vLLM's are: read them, never write)."""
         g = self.kv_cache_group_id
-        return {req_id: list(entry.blocks[g]) for req_id, entry in self._owner.entries.items()}
+        return {req_id: entry.blocks[g] for req_id, entry in self._owner.entries.items()}
 
 
     @property
     def cache_hit_alignment_tokens(self) -> int:
-        """Where hits land (vLLM's hash block with sub-block hits, which hkv does not serve: the scheduler block)."""
+        """Where hits land: vLLM's hash block with sub-block hits, else the scheduler block."""
         return self._owner.checkpoints.hit_alignment
 
     @property
@@ -91,7 +92,6 @@ class GroupView:
 class CoordinatorView:
     """The part of vLLM's KV cache coordinator the scheduler reads."""
 
-    enable_partial_hash_hits = False
     eagle_group_ids: tuple[int, ...] = ()
     num_reprefillable_tokens = 0
 
@@ -101,6 +101,7 @@ class CoordinatorView:
                                      for g, spec in zip(owner.vllm_layout.groups, specs, strict=True)]
         self.block_pool = owner.block_pool
         self.eagle_group_ids = tuple(range(len(specs))) if owner.use_eagle else ()  # every group drops a block
+        self.enable_partial_hash_hits = owner.sub_block_hits  # (its scheduler then splits at the prompt's tail)
 
     @property
     def retention_interval(self) -> int | None:

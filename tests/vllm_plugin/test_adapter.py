@@ -101,9 +101,7 @@ def test_hybrid_groups_each_get_a_pool_and_share_one_block_space():
     (lambda: (full(), mamba(num_speculative_blocks=2)), "mamba_speculative_blocks", r"kv_cache_groups\[1\]"),
     (lambda: (full(), mamba(num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=1), mamba()),
      "mamba_mixed_checkpoints", r"kv_cache_groups\[2\]: 16-token blocks, checkpoints none"),
-    (lambda: (full(), mamba(block_size=32, num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=1)),
-     "mamba_sub_block_hits", "32-token blocks with 16-token hash"),
-    (lambda: (full(), mamba(block_size=32)), "mamba_sub_block_hits", "32-token blocks with 16-token hash"),
+    (lambda: (full(), mamba(block_size=24)), "kv_cache_groups[1]", "24-token blocks with 16-token hash"),
     (lambda: (sliding_mla(128, bounded_replay=True),), "swa_bounded_replay", "--no-swa-bounded-replay"),
     (lambda: (full(block_size=24), full()), "kv_cache_groups[0]", "a whole number of hash blocks"),
     (lambda: (full(dtype="int8"),), "kv_cache_dtype", "int8"),
@@ -118,6 +116,18 @@ def test_unserved_groups_are_refused_by_name(specs, feature, match):
         layout_from_kv_cache_config(kv_config(*specs()))
     assert err.value.feature == feature
     assert err.value.key == feature
+
+
+def test_a_mamba_block_of_several_hash_blocks_is_served_and_fine_hits_with_it_refused():
+    from hkv_vllm import UnsupportedVllmConfig
+    from hkv_vllm.layout import layout_from_kv_cache_config
+
+    got = layout_from_kv_cache_config(kv_config(full(), mamba(block_size=32)))  # vLLM's sub-block hits
+    assert [(g.block_size, g.state) for g in got.groups] == [(16, False), (32, True)] and got.block_tokens == 16
+    with pytest.raises(UnsupportedVllmConfig, match="fine hits") as err:
+        layout_from_kv_cache_config(kv_config(full(block_size=32), mamba(block_size=32)), hash_block_size=16,
+                                    fine_hits=True)
+    assert err.value.feature == "mamba_fine_hits"
 
 
 def test_groups_of_different_block_sizes_and_dtypes_each_get_their_own_pool():

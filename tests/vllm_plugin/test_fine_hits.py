@@ -115,14 +115,18 @@ def test_tokens_written_past_the_hit_settle_the_copy_before_vllm_returns_its_blo
     assert hit == 64
 
 
-def test_a_commit_of_a_copy_never_handed_to_vllm_is_refused():
-    from hkv_core.errors import InvalidRequestState
-
+def test_a_commit_of_a_copy_never_handed_to_vllm_waits_for_it():
+    """No step could have run a copy the scheduler never took: its block holds garbage, so nothing past the hit is
+    committed (and nothing raises into vLLM's scheduler) until vLLM takes the copy and reports the step written."""
     m = manager()
     second = resumed(m)
     second.num_computed_tokens = 70
-    with pytest.raises(InvalidRequestState, match="in flight"):
-        m.cache_blocks(second, 70)  # no step could have run the copy: its block holds garbage
+    m.cache_blocks(second, 70)
+    assert m.hkv.request_tokens(m.entries["b"].rid)[0] == 48
+    copies, _ = m.take_kv_cache_block_copies()
+    assert len(copies) == 1
+    m.cache_blocks(second, 70)
+    assert m.hkv.request_tokens(m.entries["b"].rid)[0] == 70
 
 
 def test_the_scheduler_takes_the_option_from_vllms_plugin_config_and_refuses_unknown_ones():
