@@ -48,8 +48,8 @@ RETENTION = "a vLLM option the adapter ignores (retention_interval)"
 EMPTY_PROMPT = ("an empty prompt: the test allocates slots for a request of no tokens, which vLLM's front end "
                 "refuses (hkv holds no request without a token: allocate_slots answers None)")
 COORDINATOR_CLASS = "reads vLLM internals"  # asserts the class of vLLM's own coordinator
-SUB_BLOCK_CHECKPOINT = ("not served yet: a prefill checkpoint inside a state block (hkv keeps the in-kernel checkpoints "
-                        "that end a block; vLLM reserves a block for one inside a block too)")
+SUB_BLOCK_CHECKPOINT = ("not served yet: a prefill checkpoint inside a state block (hkv keeps the in-kernel "
+                        "checkpoints that end a block; vLLM reserves a block for one inside a block too)")
 KNOWN_DIFFERENCES = {  # test (without parameters) -> the reason it fails with hkv, read from the test
     "test_kv_cache_events": VISIBILITY,
     "test_kv_connector_basic": VISIBILITY,  # counts a request's cached blocks right after scheduling

@@ -8,6 +8,7 @@ ends each prompt's last chunk at its last hash boundary inside a state block; a 
 import pytest
 
 from tests.vllm_plugin.conftest import HAS_VLLM, SKIP_REASON
+
 pytestmark = pytest.mark.skipif(not HAS_VLLM, reason=SKIP_REASON)
 
 
