@@ -119,9 +119,6 @@ def main(argv: list[str] | None = None) -> int:
                          "--fine-hits, and hkv's hits end inside vLLM's 32-token blocks)")
     ap.add_argument("--fine-hits", action="store_true",
                     help="hkv resumes inside vLLM's blocks (every 16 tokens), copying a partial block on vLLM's worker")
-    ap.add_argument("--prefix-match-unit", type=int, default=0, metavar="TOKENS",
-                    help="tiny-qwen3-next: vLLM's hash block, finer than the 96-token state block (32 or 48): every "
-                         "engine then hits inside a state block (vLLM's sub-block hits), copying it on write")
     ap.add_argument("--dtype", choices=DTYPES, help="the model's dtype in every engine (default float32; "
                     "tiny-qwen3-next: bfloat16, the only one vLLM's CPU Gated DeltaNet kernel takes)")
     ap.add_argument("--fault", choices=FAULTS, help="testing: stale-kv negates hkv's engine's KV cache between "
@@ -134,17 +131,13 @@ def main(argv: list[str] | None = None) -> int:
     w = Workload.qwen3_next(ns.quick) if hybrid else Workload.quick() if ns.quick else Workload()
     if hybrid and (ns.sliding_window or ns.fine_hits or ns.dtype == "float32"):
         ap.error("--model tiny-qwen3-next runs in bfloat16 without --sliding-window or --fine-hits")
-    if ns.prefix_match_unit and (not hybrid or ns.prefix_match_unit not in (32, 48)):
-        ap.error(f"--prefix-match-unit takes 32 or 48 (a 96-token state block's hash blocks of at least vLLM's "
-                 f"CPU attention block), with --model tiny-qwen3-next; got {ns.prefix_match_unit}")
     dtype = ns.dtype or ("bfloat16" if hybrid else DTYPES[0])
     if ns.sliding_window < 0 or ns.sliding_window == 1:
         ap.error(f"--sliding-window must be 0 or at least 2, got {ns.sliding_window}")
     if ns.system_tokens is not None and not 1 <= ns.system_tokens <= 256:
         ap.error(f"--system-tokens must be in [1, 256], got {ns.system_tokens}")
     w = Workload(**(asdict(w) | {"seed": ns.seed, "sliding_window": ns.sliding_window, "fine_hits": ns.fine_hits,
-                                 "system_tokens": ns.system_tokens or w.system_tokens,
-                                 "prefix_match_unit": ns.prefix_match_unit}))
+                                 "system_tokens": ns.system_tokens or w.system_tokens}))
     try:
         report = run(ns.out, w, Console(stderr=True), dtype, ns.fault)
     except EngineFailed as err:

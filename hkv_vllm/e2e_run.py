@@ -52,7 +52,6 @@ def engine_args(w: Workload, mode: str, model: Path, dtype: str = "float32") -> 
                 max_num_seqs=w.users, max_num_batched_tokens=block if hybrid else 2 * block,
                 enable_prefix_caching=mode != "stock" or hybrid,
                 scheduler_cls="hkv_vllm.Scheduler" if hkv else None,
-                prefix_match_unit=w.prefix_match_unit or None,  # (sub-block state hits: every engine alike)
                 additional_config={"hkv": {"fine_hits": True}} if hkv and w.fine_hits else None)
 
 

@@ -32,7 +32,6 @@ class Workload:
     fine_hits: bool = False  # hkv's engine resumes inside vLLM's blocks (additional_config hkv.fine_hits)
     model: str = "tiny-llama"  # or "tiny-qwen3-next": a Gated DeltaNet / full-attention hybrid (vLLM's Mamba group)
     branch: bool = False  # every other user's last turn branches off the chat (a junction): `next_prompts`
-    prefix_match_unit: int = 0  # > 0: vLLM's hash block (--prefix-match-unit), finer than a hybrid's state block
 
     @classmethod
     def quick(cls) -> Workload:

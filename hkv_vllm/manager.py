@@ -90,7 +90,11 @@ class HkvKVCacheManager:
         self.hkv = CacheManager(self.vllm_layout.layout, ManagerConfig(
             shared_pages=self.vllm_layout.shared_pages, max_requests=1 << 16,
             max_request_tokens=max(max_model_len, 1) + 1, retain_every_blocks=1,
-            allow_partial_page_copy=fine_hits or self.sub_block_hits, kv_events=enable_kv_cache_events))
+            allow_partial_page_copy=fine_hits or self.sub_block_hits, kv_events=enable_kv_cache_events,
+            # sub-block hits: an allocation reserves a resume-point row at every hash block it covers (a step keeps
+            # one where it ends), more rows than the state pages that bound them otherwise
+            max_points=self.vllm_layout.shared_pages * max(g.block_size for g in self.vllm_layout.groups) // block
+            if self.sub_block_hits else None))
         self.groups = self.vllm_layout.groups
         self.windowed = tuple(g for g in self.groups if g.sliding)  # blocks hkv releases while the request runs
         self.stateful = any(g.state for g in self.groups)  # Mamba groups: a commit must end where a step ended
@@ -108,6 +112,7 @@ class HkvKVCacheManager:
         self.prefills_in_flight = PrefillsInFlight(
             hash_block_size, self.vllm_layout.block_tokens if fine_hits else scheduler_block_size)
         self.entries: dict[str, Entry] = {}
+        self.unfit_hits: set[str] = set()  # requests whose hit never fits (`_unfit_hit`): they take none
         self.deferred: dict[tuple[int, ...], Entry] = {}  # requests freed by vLLM, their blocks not yet returned
         self.block_pool = BlockPoolView(self)
         specs = [g.kv_cache_spec for g in kv_cache_config.kv_cache_groups]
@@ -163,7 +168,7 @@ class HkvKVCacheManager:
         if not request.num_tokens:  # an empty prompt (vLLM's front ends refuse it): no hit, nothing registered
             return self.empty_kv_cache_blocks, 0, 0
         entry = self._entry(request)
-        if entry.acquired or not self.prefix_cache_lookup_enabled(request):
+        if entry.acquired or request.request_id in self.unfit_hits or not self.prefix_cache_lookup_enabled(request):
             return self.empty_kv_cache_blocks, 0, 0
         entry.hit = self.hkv.match(entry.rid)
         if self.use_eagle and entry.hit.tokens:  # EAGLE recomputes the hit's last block for its hidden states
@@ -228,17 +233,23 @@ class HkvKVCacheManager:
         full = min(request.num_tokens, self.max_model_len)
         if full_sequence_must_fit and not self._fits(self._blocks_needed(entry, full, hit_ids, admission=True),
                                                      watermark, 0):
+            self._unfit_hit(entry, hit_ids)
             return None  # the whole sequence would not fit (reservations constrain only this allocation)
         checkpoint = self.checkpoints.at(request, entry.blocks, computed, computed + num_new_tokens)
-        snapshot = self._snapshot_due(entry, request, computed, computed + num_new_tokens)
-        if not self._fits(self._blocks_needed(entry, target, hit_ids, checkpoint=checkpoint, snapshot=snapshot),
-                          watermark, reserved_blocks):
+        # a snapshot of a state block (sub-block hits) is taken only where it fits: without it the step still runs,
+        # and only the point inside the block is not kept
+        snapshot = self._snapshot_due(entry, request, computed, computed + num_new_tokens) and self._fits(
+            self._blocks_needed(entry, target, hit_ids, checkpoint=checkpoint, snapshot=True), watermark,
+            reserved_blocks)
+        if not self._fits(self._blocks_needed(entry, target, hit_ids, checkpoint=checkpoint), watermark,
+                          reserved_blocks):
+            self._unfit_hit(entry, hit_ids)
             return None
         # whole pages, as vLLM allocates whole blocks: hkv's allocation runs to the end of the last block, past
         # the known tokens where it must (slots reserved ahead: drafts, lookahead, async scheduling's next token)
         end = min(-(-target // size) * size, self.hkv.config.max_request_tokens)
         blocks = self._allocate(entry, end, hit_ids, num_new_computed_tokens, skip_zeroing_group_ids, checkpoint,
-                                computed)
+                                computed if snapshot or not self.sub_block_hits else -1)
         if blocks is not None and (delay_cache_blocks or num_external_computed_tokens):
             # a connector's load: vLLM counts its tokens computed now.  An async one is written when vLLM reports
             # it (`cache_blocks`); a sync one once the step that loads it is reported written (under async
@@ -248,6 +259,14 @@ class HkvKVCacheManager:
         if blocks is not None:
             self._in_flight(request, computed, num_new_tokens)
         return blocks
+
+    def _unfit_hit(self, entry: Entry, hit_ids: list[list[int]]) -> None:
+        """A new request's hit does not fit while no request holds a block: the hit's own blocks (cached ones it
+        pins, the copies of its partial blocks, the states it keeps) are what the cache lacks, and no step would
+        ever free more.  Its next lookups take no hit (it computes from the start, as a request that fits without
+        one), so vLLM's scheduler never waits on it forever."""
+        if any(hit_ids) and not self.blocks.held:
+            self.unfit_hits.add(entry.req_id)
 
     def _commit_due(self, entry: Entry, written: int) -> bool:
         """Whether hkv must hear of tokens written since the last commit: a block completed, or (state columns)
@@ -296,10 +315,16 @@ class HkvKVCacheManager:
         allocs = []
         for count in parts:
             try:
-                allocs.append(self.hkv.allocate_ahead(entry.rid, count, start))
+                try:
+                    allocs.append(self.hkv.allocate_ahead(entry.rid, count, start))
+                except OutOfPages:
+                    if start is None:
+                        raise
+                    allocs.append(self.hkv.allocate_ahead(entry.rid, count))  # without a snapshot (nothing changed)
             except OutOfPages:  # nothing scheduled: a new request is forgotten (its hit, a first part released);
                 if acquiring:  # a running one's first part stays in hkv's table, vLLM gets it with its next blocks
                     self._forget(entry)
+                    self._unfit_hit(entry, hit_ids)
                 return None
         if checkpoint > allocated:
             entry.exports.append(checkpoint)
@@ -381,6 +406,8 @@ class HkvKVCacheManager:
 
     def free(self, request: Any) -> None:
         """The request finished or was preempted: commit what it computed, release it in hkv."""
+        if request.is_finished():  # (a preempted request's hit still would not fit)
+            self.unfit_hits.discard(request.request_id)
         entry = self.entries.get(request.request_id)
         if entry is None:
             return
