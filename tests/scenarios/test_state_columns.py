@@ -36,13 +36,18 @@ STATE = "state.recurrent_state.column"
 class Worker:
     """vLLM's worker for one state group: what each page holds (the tokens whose state it is)."""
 
-    def __init__(self) -> None:
+    def __init__(self, column_tokens: int = T) -> None:
         self.page: dict[int, tuple[int, ...]] = {}
         self.wrong_reads = 0
+        self.column_tokens = column_tokens
+
+    def copy(self, src: int, dst: int) -> None:
+        """A block copy the engine runs before the step (a copy on write, a snapshot)."""
+        self.page[dst] = self.page.get(src, ())
 
     def step(self, table: list[int], tokens: list[int], prev: int, start: int, end: int) -> int:
         """Copy the state at `start` (column `prev`) into the end's column, then write the state at `end`."""
-        col = (end - 1) // T
+        col = (end - 1) // self.column_tokens
         assert table[col] != 0, f"column {col} of the step [{start}, {end}) is the null block"
         if start and self.page.get(table[prev]) != tuple(tokens[:start]):
             self.wrong_reads += 1

@@ -29,6 +29,7 @@ import pytest
 from hkv_core.layout import EngineGroup, engine_layout
 from hkv_core.manager import CacheManager, ManagerConfig, check_invariants
 from hkv_core.manager.roles import state
+from tests.scenarios.test_state_columns import Worker as ColumnWorker
 
 B, T = 16, 64  # hkv's block (vLLM's hash block) and the state column (vLLM's Mamba block)
 STATE = "state.recurrent_state.column"
@@ -43,26 +44,11 @@ def _manager(pages: int = 60) -> CacheManager:
                                               retain_every_blocks=1, allow_partial_page_copy=True))
 
 
-class Worker:
-    """vLLM's worker for one state group: what each page holds (the tokens whose state it is)."""
-
-    def __init__(self) -> None:
-        self.page: dict[int, tuple[int, ...]] = {}
-        self.wrong_reads = 0
-
-    def copy(self, src: int, dst: int) -> None:
-        self.page[dst] = self.page.get(src, ())
-
-    def step(self, table: list[int], tokens: list[int], prev: int, start: int, end: int) -> int:
-        col = (end - 1) // T
-        assert table[col] != 0, f"column {col} of the step [{start}, {end}) is the null block"
-        if start and self.page.get(table[prev]) != tuple(tokens[:start]):
-            self.wrong_reads += 1
-        self.page[table[col]] = tuple(tokens[:end])
-        return col
+def Worker() -> ColumnWorker:  # noqa: N802  (the columns' worker model, with this file's columns)
+    return ColumnWorker(T)
 
 
-def _run_copies(m: CacheManager, worker: Worker, alloc: object, running: bool) -> None:
+def _run_copies(m: CacheManager, worker: ColumnWorker, alloc: object, running: bool) -> None:
     """The allocation's copies, before the step (an engine whose tables only grow never replaces a running
     request's column: every copy of a running request is a snapshot, outside its table)."""
     from hkv_core.plan import Completion
@@ -78,7 +64,7 @@ def _run_copies(m: CacheManager, worker: Worker, alloc: object, running: bool) -
     m.complete(plan.plan_id, Completion())
 
 
-def _serve(m: CacheManager, worker: Worker, tokens: list[int], chunks: list[int], check: bool = True) -> int:
+def _serve(m: CacheManager, worker: ColumnWorker, tokens: list[int], chunks: list[int], check: bool = True) -> int:
     """One request: match, acquire, steps of `chunks` tokens committed as hkv_vllm commits them, release."""
     rid = m.add_request(tokens)
     hit = m.match(rid)
@@ -114,7 +100,7 @@ def _serve(m: CacheManager, worker: Worker, tokens: list[int], chunks: list[int]
     return hit.tokens
 
 
-def _workload(m: CacheManager, seed: int, check: bool = True) -> tuple[Worker, list[int]]:
+def _workload(m: CacheManager, seed: int, check: bool = True) -> tuple[ColumnWorker, list[int]]:
     rng, worker, hits = random.Random(seed), Worker(), []
     prefixes = [[rng.randrange(1, 1000) for _ in range(rng.randrange(40, 200))] for _ in range(3)]
     for _ in range(30):
